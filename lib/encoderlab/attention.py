@@ -1,0 +1,120 @@
+"""Scaled dot-product attention and multi-head attention (Lesson 3, §1; Lesson 4).
+
+    Attn(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V
+
+The encoder and the decoder share this operator; they differ only in the mask
+M (see :mod:`encoderlab.masks`). Masks here are boolean, True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .masks import check_mask
+
+__all__ = ["scaled_dot_product_attention", "MultiHeadAttention"]
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() < 2:
+            raise ValueError(
+                f"{name} must be a tensor of shape (..., n, d) with at least 2 dimensions, "
+                f"got {tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}."
+            )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share the last dimension d_k, got q {tuple(q.shape)} and "
+            f"k {tuple(k.shape)}. Project both with matrices of width d_k."
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of positions n_kv, got k {tuple(k.shape)} "
+            f"and v {tuple(v.shape)}. Keys and values come from the same sequence."
+        )
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,  # (..., n_q, d_k)
+    k: torch.Tensor,  # (..., n_kv, d_k)
+    v: torch.Tensor,  # (..., n_kv, d_v)
+    mask: torch.Tensor | None = None,  # bool, broadcastable to (..., n_q, n_kv)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(QK^T/sqrt(d_k) + M) V, returning (out, weights A) (Lesson 3, §1).
+
+    A query row with no key it may attend to gets weights 0 and output 0, not NaN.
+    """
+    _check_qkv(q, k, v)
+    d_k = q.shape[-1]
+    s = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., n_q, n_kv): the scores s_ij
+    if mask is not None:
+        check_mask(mask, tuple(s.shape))
+        s = s.masked_fill_(~mask, float("-inf"))  # exp(-inf) = 0: those keys get no weight
+    a = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)  # (..., n_q, n_kv), rows sum to 1
+    if mask is not None:
+        # A row whose keys are all masked is 0/0 = NaN in the softmax; it attends to nothing.
+        empty_rows = ~mask.any(dim=-1, keepdim=True)  # (..., n_q or 1, 1)
+        if empty_rows.any():
+            a = a.masked_fill(empty_rows, 0.0)
+    out = a @ v  # (..., n_q, d_v)
+    return out, a
+
+
+class MultiHeadAttention(nn.Module):
+    """h heads of scaled dot-product attention, concatenated and mixed by W_O (Lesson 4, §1).
+
+    Self-attention when ``context`` is None; cross-attention (queries from x, keys
+    and values from ``context``) otherwise. With ``need_weights=False`` the same
+    arithmetic runs in torch's fused kernel, which never stores A (tested equal).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        if n_heads < 1 or d_model % n_heads != 0:
+            raise ValueError(
+                f"n_heads must divide d_model so that every head gets d_k = d_model / n_heads "
+                f"dimensions; got d_model={d_model}, n_heads={n_heads}. "
+                f"Pick n_heads from the divisors of {d_model}."
+            )
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)  # all heads' W_Q side by side
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)  # mixes the concatenated heads
+        self.dropout = nn.Dropout(dropout)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.n_heads, self.d_k).transpose(1, 2)  # (b, h, n, d_k)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (b, n_q, d_model)
+        context: torch.Tensor | None = None,  # (b, n_kv, d_model) for cross-attention
+        mask: torch.Tensor | None = None,  # bool, broadcastable to (b, h, n_q, n_kv)
+        need_weights: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x must have shape (batch, n, d_model={self.d_model}), got {tuple(x.shape)}."
+            )
+        source = x if context is None else context
+        q = self._split_heads(self.w_q(x))  # (b, h, n_q, d_k)
+        k = self._split_heads(self.w_k(source))  # (b, h, n_kv, d_k)
+        v = self._split_heads(self.w_v(source))  # (b, h, n_kv, d_k)
+        if need_weights or (self.training and self.dropout.p > 0):
+            # out (b, h, n_q, d_k), a (b, h, n_q, n_kv)
+            out, a = scaled_dot_product_attention(q, k, v, mask)
+            if self.training and self.dropout.p > 0:
+                out = self.dropout(a) @ v
+        else:  # same formula, fused: True in a boolean attn_mask also means "may attend"
+            if mask is not None:
+                check_mask(mask, (q.shape[0], self.n_heads, q.shape[2], k.shape[2]))
+            out, a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
+        b, _, n_q, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, n_q, self.d_model)  # (b, n_q, h * d_k): concat heads
+        return self.w_o(out), a  # (b, n_q, d_model), (b, h, n_q, n_kv)

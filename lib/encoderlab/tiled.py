@@ -1,0 +1,343 @@
+"""Tiled attention with the online softmax: FlashAttention's algorithm in plain torch.
+
+Lesson 3, §4 shows why a causal mask can halve the work: the tiles of the score
+matrix that lie strictly above the diagonal hold nothing but -inf, so they need
+not be computed at all. Lesson 9 takes the same loop in depth: how the online
+softmax lets us see the keys one tile at a time and still get the exact
+softmax, and how much a mask can save.
+
+The idea in one paragraph. Cut the queries into tiles of ``block_size`` rows
+and the keys (and values) into tiles of ``block_size`` columns. For one query
+tile, walk over the key tiles and keep three running quantities per query row:
+
+* ``m``   the largest score seen so far (the running row max),
+* ``l``   the softmax denominator so far, sum_j exp(s_ij - m),
+* ``acc`` the numerator so far, sum_j exp(s_ij - m) v_j.
+
+When a new key tile raises the max from ``m_old`` to ``m_new``, everything
+accumulated so far was measured against the old max; multiplying it by
+``exp(m_old - m_new)`` re-measures it against the new one. After the last key
+tile, ``acc / l`` is exactly softmax(s) V. The full (n_q, n_kv) score matrix is
+never built, and a tile that the mask rules out entirely is never visited.
+
+Each tile is in one of three states (see :func:`classify_tiles`):
+
+* ``SKIP``    the mask hides every entry: not computed at all;
+* ``PARTIAL`` some entries hidden: computed, then masked;
+* ``FULL``    nothing hidden: computed with no mask at all.
+
+:func:`tiled_attention` and :func:`tile_counts` share :func:`classify_tiles`, so
+the counted tiles are exactly the computed ones.
+
+Where the GPU kernel plugs in
+-----------------------------
+A later Triton kernel (used only when CUDA and Triton are both present) will
+take the place of the two loops in :func:`tiled_attention`: one GPU program per
+(batch·head, query tile), the key loop inside the kernel, and the same
+``classify_tiles`` plan telling each program which key tiles to visit. The
+validation and the float32 upcast stay here, in front of both paths; this
+module must keep importing and working on machines without Triton.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .attention import _check_qkv
+from .masks import check_mask
+
+__all__ = [
+    "SKIP",
+    "PARTIAL",
+    "FULL",
+    "classify_tiles",
+    "live_tiles",
+    "tile_counts",
+    "tile_ratio_causal",
+    "tiled_attention",
+]
+
+# The three states of a tile (the values stored by classify_tiles).
+SKIP = 0  # every entry hidden: never computed
+PARTIAL = 1  # some entries hidden: computed, then masked
+FULL = 2  # nothing hidden: computed without any mask
+
+
+def _check_block_size(block_size) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(
+            f"block_size must be a positive int (rows and columns per tile), got {block_size!r}. "
+            "Typical values are 32, 64 or 128."
+        )
+    return block_size
+
+
+def _check_length(n, name: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{name} must be a non-negative int (a sequence length), got {n!r}.")
+    return n
+
+
+def _n_tiles(n: int, block_size: int) -> int:
+    """How many tiles of ``block_size`` cover ``n`` positions (the last one may be short)."""
+    return -(-n // block_size)  # ceil(n / block_size) in integers
+
+
+def _tile_any_all(m: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per tile of a (n_q, n_kv) boolean matrix: is any entry True, are all entries True?"""
+    n_q, n_kv = m.shape
+    t_q, t_kv = _n_tiles(n_q, block_size), _n_tiles(n_kv, block_size)
+    # Pad to whole tiles. Padded entries are not real positions: False for "any",
+    # True for "all", so that they change neither answer.
+    for_any = m.new_zeros(t_q * block_size, t_kv * block_size)  # (T_q * bs, T_kv * bs)
+    for_all = m.new_ones(t_q * block_size, t_kv * block_size)  # (T_q * bs, T_kv * bs)
+    for_any[:n_q, :n_kv] = m
+    for_all[:n_q, :n_kv] = m
+    # Axes: tile row, row within the tile, tile column, column within the tile.
+    shape = (t_q, block_size, t_kv, block_size)
+    tile_any = for_any.view(shape).any(dim=3).any(dim=1)  # (T_q, T_kv)
+    tile_all = for_all.view(shape).all(dim=3).all(dim=1)  # (T_q, T_kv)
+    return tile_any, tile_all
+
+
+def _causal_tiles(n_q: int, n_kv: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which tiles of the causal mask (key j visible to query i iff j <= i) are live / full.
+
+    Worked out from the tile corners, without building the (n_q, n_kv) mask:
+    the tile with rows [r0, r1) and columns [c0, c1) has a visible entry iff its
+    bottom-left corner (r1 - 1, c0) is visible, i.e. c0 <= r1 - 1, and every
+    entry is visible iff its top-right corner (r0, c1 - 1) is, i.e. c1 - 1 <= r0.
+    """
+    t_q, t_kv = _n_tiles(n_q, block_size), _n_tiles(n_kv, block_size)
+    r0 = torch.arange(t_q) * block_size  # (T_q,) first row of each query tile
+    r1 = torch.clamp(r0 + block_size, max=n_q)  # (T_q,) one past its last row
+    c0 = torch.arange(t_kv) * block_size  # (T_kv,) first column of each key tile
+    c1 = torch.clamp(c0 + block_size, max=n_kv)  # (T_kv,) one past its last column
+    live = c0[None, :] <= (r1[:, None] - 1)  # (T_q, T_kv): bottom-left corner visible
+    full = (c1[None, :] - 1) <= r0[:, None]  # (T_q, T_kv): top-right corner visible
+    return live, full
+
+
+def classify_tiles(
+    n_q: int,
+    n_kv: int | None = None,
+    block_size: int = 128,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
+    """The state of every tile: SKIP, PARTIAL or FULL, as an int8 tensor (T_q, T_kv) (Lesson 9).
+
+    ``mask`` is a boolean mask broadcastable to (..., n_q, n_kv), True = may
+    attend. With leading (batch, head) dimensions a tile is skipped only when
+    it is hidden for *every* batch element and head, and is FULL only when it
+    is visible for every one of them; anything in between is PARTIAL. With
+    ``causal=True`` the causal mask (query i sees key j iff j <= i, top-left
+    aligned) is combined with ``mask`` by logical and.
+
+    This one function decides which tiles :func:`tiled_attention` computes and
+    which :func:`tile_counts` counts.
+    """
+    n_kv = n_q if n_kv is None else n_kv
+    _check_length(n_q, "n_q")
+    _check_length(n_kv, "n_kv")
+    _check_block_size(block_size)
+    if mask is None:
+        if causal:
+            live, full = _causal_tiles(n_q, n_kv, block_size)
+        else:
+            t_q, t_kv = _n_tiles(n_q, block_size), _n_tiles(n_kv, block_size)
+            live = full = torch.ones(t_q, t_kv, dtype=torch.bool)  # the encoder: all visible
+    else:
+        check_mask(mask, (n_q, n_kv))
+        mask = mask.detach().cpu()
+        if mask.dim() > 2:
+            # Reduce the leading (batch, head) dims first, before expanding the last two:
+            # "some element may attend here" and "every element may attend here".
+            lead = tuple(range(mask.dim() - 2))
+            some, every = mask.any(dim=lead), mask.all(dim=lead)  # (n_q or 1, n_kv or 1)
+        else:
+            some = every = mask.reshape((1,) * (2 - mask.dim()) + tuple(mask.shape))  # (., .)
+        some = some.expand(n_q, n_kv)  # (n_q, n_kv)
+        every = every.expand(n_q, n_kv)  # (n_q, n_kv)
+        if causal:
+            lower = torch.ones(n_q, n_kv, dtype=torch.bool).tril()  # (n_q, n_kv), top-left
+            some, every = some & lower, every & lower
+        live, _ = _tile_any_all(some, block_size)  # (T_q, T_kv)
+        _, full = _tile_any_all(every, block_size)  # (T_q, T_kv)
+    states = torch.full(live.shape, SKIP, dtype=torch.int8)  # (T_q, T_kv)
+    states[live] = PARTIAL
+    states[live & full] = FULL
+    return states
+
+
+def live_tiles(
+    n_q: int,
+    n_kv: int | None = None,
+    block_size: int = 128,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
+    """Boolean (T_q, T_kv): True for the tiles that are computed (Lesson 3, §4; Lesson 9)."""
+    return classify_tiles(n_q, n_kv, block_size, mask, causal) != SKIP
+
+
+def tile_counts(
+    n_q: int,
+    n_kv: int | None = None,
+    block_size: int = 128,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+) -> dict:
+    """How many tiles :func:`tiled_attention` computes for this mask (Lesson 3, §4; Lesson 9).
+
+    Returns a dict with ``computed`` (tiles computed), ``total`` (all T_q * T_kv
+    tiles), ``fraction`` (computed / total), ``skipped``, ``partial`` (computed
+    and masked), ``full`` (computed without a mask), and the grid size
+    ``tiles_q``, ``tiles_kv``. For causal and n_q = n_kv, ``computed`` is
+    T(T+1)/2 with T = ceil(n / block_size); for no mask it is T^2.
+    """
+    states = classify_tiles(n_q, n_kv, block_size, mask, causal)  # (T_q, T_kv)
+    total = states.numel()
+    partial = int((states == PARTIAL).sum())
+    full = int((states == FULL).sum())
+    computed = partial + full
+    return {
+        "computed": computed,
+        "total": total,
+        "fraction": computed / total if total else 0.0,
+        "skipped": total - computed,
+        "partial": partial,
+        "full": full,
+        "tiles_q": states.shape[0],
+        "tiles_kv": states.shape[1],
+    }
+
+
+def tile_ratio_causal(n: int, block_size: int = 128) -> float:
+    """The ideal causal speed-up: full tiles / causal tiles = 2T/(T+1) (Lesson 3, §4).
+
+    T = ceil(n / block_size). Full attention computes T^2 tiles, causal only the
+    T(T+1)/2 on and below the diagonal; the ratio tends to 2 as T grows.
+    """
+    _check_length(n, "n")
+    _check_block_size(block_size)
+    t = _n_tiles(n, block_size)
+    if t == 0:
+        raise ValueError("tile_ratio_causal needs n >= 1: there are no tiles to count for n = 0.")
+    return 2 * t / (t + 1)
+
+
+def _batch_shape(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Size:
+    try:
+        return torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "q, k and v must have the same (or broadcastable) leading dimensions such as "
+            f"(batch, heads), got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
+        ) from None
+
+
+def tiled_attention(
+    q: torch.Tensor,  # (..., n_q, d_k), typically (b, h, n_q, d_k)
+    k: torch.Tensor,  # (..., n_kv, d_k)
+    v: torch.Tensor,  # (..., n_kv, d_v)
+    mask: torch.Tensor | None = None,  # bool, broadcastable to (..., n_q, n_kv)
+    causal: bool = False,
+    block_size: int = 128,
+) -> torch.Tensor:
+    """softmax(QK^T/sqrt(d_k) + M) V tile by tile, skipping hidden tiles (Lesson 3, §4; Lesson 9).
+
+    Equal to ``attention.scaled_dot_product_attention(q, k, v, mask)[0]`` (the
+    attention weights are never formed, so only ``out`` is returned), but the
+    score matrix is built ``block_size`` x ``block_size`` at a time and every
+    tile the mask rules out entirely is never computed.
+
+    ``causal=True`` means query i may see key j iff j <= i. When n_q != n_kv the
+    mask is aligned at the top-left, as ``torch.nn.functional.
+    scaled_dot_product_attention(..., is_causal=True)`` does: query 0 sees key
+    0 only, whatever the lengths. ``mask`` (True = may attend) and ``causal``
+    may both be given; a key is then visible only if both allow it.
+
+    A query row with no key it may attend to returns zeros, not NaN. float16
+    and bfloat16 inputs are computed in float32 and returned in their dtype.
+    """
+    _check_qkv(q, k, v)
+    _check_block_size(block_size)
+    if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
+        raise ValueError(
+            "q, k and v must share one floating-point dtype, got "
+            f"{q.dtype}, {k.dtype} and {v.dtype}. Convert them with `.to(dtype)`."
+        )
+    batch = _batch_shape(q, k, v)
+    n_q, d_k, n_kv, d_v = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    scores_shape = (*batch, n_q, n_kv)
+    if mask is not None:
+        check_mask(mask, scores_shape)
+        if torch.broadcast_shapes(mask.shape, scores_shape) != torch.Size(scores_shape):
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} has more leading dimensions than the "
+                f"scores' shape {scores_shape}; it must broadcast *to* (..., n_q, n_kv)."
+            )
+        mask = mask.to(q.device)
+
+    states = classify_tiles(n_q, n_kv, block_size, mask, causal).tolist()  # T_q lists of T_kv
+
+    # Half precision has too few mantissa bits for long running sums: work in float32.
+    work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    bsz = math.prod(batch)  # all (batch, head) pairs side by side, B = b * h
+    # Scaling q once costs n_q * d_k multiplications instead of n_q * n_kv on the scores.
+    q_ = (q.to(work) / math.sqrt(d_k)).expand(*batch, n_q, d_k)  # (..., n_q, d_k)
+    q_ = q_.reshape(bsz, n_q, d_k)  # (B, n_q, d_k)
+    # K^T laid out once, so that each key tile is a column slice of it: no transpose per tile.
+    k_t = k.to(work).expand(*batch, n_kv, d_k).reshape(bsz, n_kv, d_k).transpose(1, 2)
+    k_t = k_t.contiguous()  # (B, d_k, n_kv)
+    v_ = v.to(work).expand(*batch, n_kv, d_v).reshape(bsz, n_kv, d_v)  # (B, n_kv, d_v)
+
+    hidden = None  # True where the explicit mask hides a key: what masked_fill_ wants
+    if mask is not None:
+        # Expand only the last two dims (a view, no copy) so that it can be sliced by
+        # tile; the leading dims keep their 1s and broadcast against (..., bq, bk).
+        hidden = (~mask).expand(*mask.shape[:-2], n_q, n_kv)  # (..., n_q, n_kv)
+
+    out = q_.new_zeros(bsz, n_q, d_v)  # (B, n_q, d_v); rows that see nothing stay 0
+    neg_inf = float("-inf")
+    for i, row in enumerate(states):
+        r0, r1 = i * block_size, min((i + 1) * block_size, n_q)  # this query tile's rows
+        q_i = q_[:, r0:r1]  # (B, bq, d_k)
+        m_i = q_.new_full((bsz, r1 - r0, 1), neg_inf)  # (B, bq, 1) running row max
+        l_i = q_.new_zeros(bsz, r1 - r0, 1)  # (B, bq, 1) running denominator
+        acc = q_.new_zeros(bsz, r1 - r0, d_v)  # (B, bq, d_v) running numerator
+        for j, state in enumerate(row):
+            if state == SKIP:
+                continue  # the whole tile is hidden: this is where the saving comes from
+            c0, c1 = j * block_size, min((j + 1) * block_size, n_kv)  # this key tile's columns
+            s = torch.bmm(q_i, k_t[:, :, c0:c1])  # (B, bq, bk): the scores s_ij of this tile
+            if state == PARTIAL:
+                # Only tiles that straddle the mask's edge pay for masking.
+                if hidden is not None:
+                    # s seen as (..., bq, bk), so the mask's own leading dims broadcast.
+                    s.view(*batch, r1 - r0, c1 - c0).masked_fill_(
+                        hidden[..., r0:r1, c0:c1], neg_inf
+                    )  # (..., bq, bk)
+                if causal and c1 - 1 > r0:  # the tile crosses the diagonal
+                    rows = torch.arange(r0, r1, device=s.device)[:, None]  # (bq, 1)
+                    cols = torch.arange(c0, c1, device=s.device)[None, :]  # (1, bk)
+                    s.masked_fill_(cols > rows, neg_inf)  # (B, bq, bk): hide keys j > i
+            m_new = torch.maximum(m_i, s.amax(dim=-1, keepdim=True))  # (B, bq, 1)
+            shift = m_new  # what we subtract before exp: the running max
+            if state == PARTIAL:
+                # A row hidden so far has m_new = -inf, and -inf - (-inf) is NaN. Shifting
+                # by 0 instead gives exp(-inf) = 0: nothing added, nothing rescaled wrongly.
+                # (m_new itself stays -inf, so the next visible score becomes the max.)
+                shift = m_new.masked_fill(m_new == neg_inf, 0.0)  # (B, bq, 1)
+            p = s.sub_(shift).exp_()  # (B, bq, bk): exp(s_ij - m_new), in place of s
+            alpha = (m_i - shift).exp_()  # (B, bq, 1): re-measures old sums against m_new
+            l_i.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))  # (B, bq, 1)
+            acc.mul_(alpha).baddbmm_(p, v_[:, c0:c1])  # (B, bq, d_v) += (B, bq, bk) @ (B, bk, d_v)
+            m_i = m_new
+        # l is 0 only for a row that saw no key at all (its acc is 0 too); any other row
+        # has l >= 1, because its largest score contributes exp(0) = 1.
+        out[:, r0:r1] = acc / l_i.masked_fill_(l_i == 0, 1.0)  # (B, bq, d_v)
+    return out.reshape(*batch, n_q, d_v).to(q.dtype)  # (..., n_q, d_v)
