@@ -73,13 +73,15 @@ def check_mask(mask: torch.Tensor, shape: tuple[int, ...], name: str = "mask") -
             "an additive 0/-inf mask converts with `mask == 0`."
         )
     try:
-        torch.broadcast_shapes(tuple(mask.shape), tuple(shape))
+        fits = torch.broadcast_shapes(tuple(mask.shape), tuple(shape)) == tuple(shape)
     except RuntimeError:
+        fits = False
+    if not fits:
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
             f"{tuple(shape)} (batch, heads, n_q, n_kv). A (b, n) padding mask must go "
             "through masks.padding() to become (b, 1, 1, n)."
-        ) from None
+        )
 
 
 def combine(*masks: torch.Tensor) -> torch.Tensor:
