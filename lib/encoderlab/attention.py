@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from .masks import check_mask
 
-__all__ = ["scaled_dot_product_attention", "MultiHeadAttention"]
+__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "offset_attention_mass"]
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -118,3 +118,27 @@ class MultiHeadAttention(nn.Module):
         b, _, n_q, _ = out.shape
         out = out.transpose(1, 2).reshape(b, n_q, self.d_model)  # (b, n_q, h * d_k): concat heads
         return self.w_o(out), a  # (b, n_q, d_model), (b, h, n_q, n_kv)
+
+
+def offset_attention_mass(weights: torch.Tensor, offset: int = 1) -> torch.Tensor:
+    """Mean weight query i puts on key i + offset, over the queries that have one (Lesson 3, §3).
+
+    ``weights`` is A of shape (..., n, n); the result has shape (...), one number
+    per matrix. ``offset=1`` measures copying from the next position: a
+    bidirectional model trained on next-token prediction learns to put almost
+    all its weight there, and a causal model can put none there at all.
+    """
+    if not isinstance(weights, torch.Tensor) or weights.dim() < 2:
+        raise ValueError(
+            "weights must be attention weights of shape (..., n, n), got "
+            f"{tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights)}."
+        )
+    n_q, n_kv = weights.shape[-2:]
+    if isinstance(offset, bool) or not isinstance(offset, int) or not -n_q < offset < n_kv:
+        raise ValueError(
+            f"offset must be an int with -{n_q} < offset < {n_kv} so that some query i has a "
+            f"key i + offset, got {offset!r}."
+        )
+    # (..., number of queries that have a key at i + offset): A[i, i + offset]
+    band = torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1)
+    return band.mean(dim=-1)  # (...)
