@@ -19,6 +19,8 @@ accumulated so far was measured against the old max; multiplying it by
 ``exp(m_old - m_new)`` re-measures it against the new one. After the last key
 tile, ``acc / l`` is exactly softmax(s) V. The full (n_q, n_kv) score matrix is
 never built, and a tile that the mask rules out entirely is never visited.
+(The code writes 2^x where this paragraph writes e^x, as FlashAttention does;
+the comment on ``scale`` in :func:`tiled_attention` says why.)
 
 Each tile is in one of three states (see :func:`classify_tiles`):
 
@@ -46,7 +48,7 @@ import math
 import torch
 
 from .attention import _check_qkv
-from .masks import check_mask
+from .masks import check_mask, to_additive
 
 __all__ = [
     "SKIP",
@@ -150,7 +152,7 @@ def classify_tiles(
             t_q, t_kv = _n_tiles(n_q, block_size), _n_tiles(n_kv, block_size)
             live = full = torch.ones(t_q, t_kv, dtype=torch.bool)  # the encoder: all visible
     else:
-        check_mask(mask, (n_q, n_kv))
+        check_mask(mask, (*mask.shape[:-2], n_q, n_kv))  # any leading dims, then (n_q, n_kv)
         mask = mask.detach().cpu()
         if mask.dim() > 2:
             # Reduce the leading (batch, head) dims first, before expanding the last two:
@@ -229,6 +231,13 @@ def tile_ratio_causal(n: int, block_size: int = 128) -> float:
     return 2 * t / (t + 1)
 
 
+def _causal_visible(r0: int, r1: int, c0: int, c1: int, device=None) -> torch.Tensor:
+    """The causal mask's tile with rows [r0, r1) and columns [c0, c1): key j visible iff j <= i."""
+    rows = torch.arange(r0, r1, device=device)[:, None]  # (bq, 1) query positions i
+    cols = torch.arange(c0, c1, device=device)[None, :]  # (1, bk) key positions j
+    return cols <= rows  # (bq, bk)
+
+
 def _batch_shape(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Size:
     try:
         return torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -262,6 +271,9 @@ def tiled_attention(
 
     A query row with no key it may attend to returns zeros, not NaN. float16
     and bfloat16 inputs are computed in float32 and returned in their dtype.
+    Inside a computed tile, hidden scores are removed by adding -inf (the M of
+    the formula), which assumes finite inputs there; a skipped tile's keys and
+    values are never read at all.
     """
     _check_qkv(q, k, v)
     _check_block_size(block_size)
@@ -274,12 +286,7 @@ def tiled_attention(
     n_q, d_k, n_kv, d_v = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
     scores_shape = (*batch, n_q, n_kv)
     if mask is not None:
-        check_mask(mask, scores_shape)
-        if torch.broadcast_shapes(mask.shape, scores_shape) != torch.Size(scores_shape):
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} has more leading dimensions than the "
-                f"scores' shape {scores_shape}; it must broadcast *to* (..., n_q, n_kv)."
-            )
+        check_mask(mask, scores_shape)  # boolean, and broadcasts to (..., n_q, n_kv)
         mask = mask.to(q.device)
 
     states = classify_tiles(n_q, n_kv, block_size, mask, causal).tolist()  # T_q lists of T_kv
@@ -287,22 +294,46 @@ def tiled_attention(
     # Half precision has too few mantissa bits for long running sums: work in float32.
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     bsz = math.prod(batch)  # all (batch, head) pairs side by side, B = b * h
-    # Scaling q once costs n_q * d_k multiplications instead of n_q * n_kv on the scores.
-    q_ = (q.to(work) / math.sqrt(d_k)).expand(*batch, n_q, d_k)  # (..., n_q, d_k)
-    q_ = q_.reshape(bsz, n_q, d_k)  # (B, n_q, d_k)
-    # K^T laid out once, so that each key tile is a column slice of it: no transpose per tile.
-    k_t = k.to(work).expand(*batch, n_kv, d_k).reshape(bsz, n_kv, d_k).transpose(1, 2)
-    k_t = k_t.contiguous()  # (B, d_k, n_kv)
+    q_ = q.to(work).expand(*batch, n_q, d_k).reshape(bsz, n_q, d_k)  # (B, n_q, d_k)
     v_ = v.to(work).expand(*batch, n_kv, d_v).reshape(bsz, n_kv, d_v)  # (B, n_kv, d_v)
+    # FlashAttention's exp2 trick: e^x = 2^(x * log2(e)). Scaling the scores by
+    # log2(e) / sqrt(d_k) instead of 1 / sqrt(d_k) lets every exponential below be an
+    # exp2, which the CPU computes fast for any input, -inf included (exp is many times
+    # slower on -inf and on very negative numbers). Same softmax, different base.
+    scale = math.log2(math.e) / math.sqrt(d_k)
+    # K^T * scale, laid out once: each key tile is then a column slice of it (no
+    # transpose per tile), and q (k^T * scale) costs no extra pass over the scores.
+    k_ = k.to(work).expand(*batch, n_kv, d_k).reshape(bsz, n_kv, d_k)  # (B, n_kv, d_k)
+    k_t = q_.new_empty(bsz, d_k, n_kv)  # (B, d_k, n_kv)
+    torch.mul(k_.transpose(1, 2), scale, out=k_t)  # (B, d_k, n_kv): one copy does both
 
-    hidden = None  # True where the explicit mask hides a key: what masked_fill_ wants
+    visible = None  # the explicit mask, sliceable by tile
     if mask is not None:
         # Expand only the last two dims (a view, no copy) so that it can be sliced by
         # tile; the leading dims keep their 1s and broadcast against (..., bq, bk).
-        hidden = (~mask).expand(*mask.shape[:-2], n_q, n_kv)  # (..., n_q, n_kv)
+        visible = mask.expand(*mask.shape[:-2], n_q, n_kv)  # (..., n_q, n_kv)
+    diagonal_biases = {}  # causal tiles that cross the diagonal share a few patterns: reuse
 
-    out = q_.new_zeros(bsz, n_q, d_v)  # (B, n_q, d_v); rows that see nothing stay 0
+    def tile_bias(r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
+        """This PARTIAL tile's slice of the additive mask M (0 / -inf), (B or 1, bq, bk)."""
+        if visible is None:  # causal only: the pattern depends on the offset r0 - c0 alone
+            key = (r0 - c0, r1 - r0, c1 - c0)
+            if key not in diagonal_biases:
+                vis = _causal_visible(r0, r1, c0, c1, q.device)[None]  # (1, bq, bk)
+                diagonal_biases[key] = to_additive(vis, work)  # (1, bq, bk)
+            return diagonal_biases[key]
+        vis = visible[..., r0:r1, c0:c1]  # (..., bq, bk)
+        if causal:
+            vis = vis & _causal_visible(r0, r1, c0, c1, q.device)  # (..., bq, bk)
+        if vis.dim() > 2 and any(size != 1 for size in vis.shape[:-2]):
+            vis = vis.expand(*batch, r1 - r0, c1 - c0).reshape(bsz, r1 - r0, c1 - c0)
+        else:
+            vis = vis.reshape(1, r1 - r0, c1 - c0)  # one pattern for every (batch, head)
+        return to_additive(vis, work)  # (B or 1, bq, bk)
+
+    out = q_.new_empty(bsz, n_q, d_v)  # (B, n_q, d_v); every query tile writes its rows
     neg_inf = float("-inf")
+    lowest = torch.finfo(work).min  # the most negative finite number
     for i, row in enumerate(states):
         r0, r1 = i * block_size, min((i + 1) * block_size, n_q)  # this query tile's rows
         q_i = q_[:, r0:r1]  # (B, bq, d_k)
@@ -315,29 +346,23 @@ def tiled_attention(
             c0, c1 = j * block_size, min((j + 1) * block_size, n_kv)  # this key tile's columns
             s = torch.bmm(q_i, k_t[:, :, c0:c1])  # (B, bq, bk): the scores s_ij of this tile
             if state == PARTIAL:
-                # Only tiles that straddle the mask's edge pay for masking.
-                if hidden is not None:
-                    # s seen as (..., bq, bk), so the mask's own leading dims broadcast.
-                    s.view(*batch, r1 - r0, c1 - c0).masked_fill_(
-                        hidden[..., r0:r1, c0:c1], neg_inf
-                    )  # (..., bq, bk)
-                if causal and c1 - 1 > r0:  # the tile crosses the diagonal
-                    rows = torch.arange(r0, r1, device=s.device)[:, None]  # (bq, 1)
-                    cols = torch.arange(c0, c1, device=s.device)[None, :]  # (1, bk)
-                    s.masked_fill_(cols > rows, neg_inf)  # (B, bq, bk): hide keys j > i
+                # Only tiles that straddle the mask's edge pay for masking: add the tile's
+                # slice of M, so hidden scores become -inf and get weight 2^-inf = 0.
+                s.add_(tile_bias(r0, r1, c0, c1))  # (B, bq, bk)
             m_new = torch.maximum(m_i, s.amax(dim=-1, keepdim=True))  # (B, bq, 1)
-            shift = m_new  # what we subtract before exp: the running max
+            shift = m_new  # what we subtract before exponentiating: the running max
             if state == PARTIAL:
-                # A row hidden so far has m_new = -inf, and -inf - (-inf) is NaN. Shifting
-                # by 0 instead gives exp(-inf) = 0: nothing added, nothing rescaled wrongly.
-                # (m_new itself stays -inf, so the next visible score becomes the max.)
-                shift = m_new.masked_fill(m_new == neg_inf, 0.0)  # (B, bq, 1)
-            p = s.sub_(shift).exp_()  # (B, bq, bk): exp(s_ij - m_new), in place of s
-            alpha = (m_i - shift).exp_()  # (B, bq, 1): re-measures old sums against m_new
+                # A row that has seen no visible key yet has m_new = -inf, and
+                # -inf - (-inf) is NaN: shift such rows by the lowest finite number
+                # instead (they have no visible entry to shift; m_new itself stays -inf).
+                shift = m_new.clamp(min=lowest)  # (B, bq, 1)
+            p = s.sub_(shift).exp2_()  # (B, bq, bk): the tile's unnormalised weights
+            alpha = (m_i - shift).exp2_()  # (B, bq, 1): re-measures old sums against m_new
             l_i.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))  # (B, bq, 1)
             acc.mul_(alpha).baddbmm_(p, v_[:, c0:c1])  # (B, bq, d_v) += (B, bq, bk) @ (B, bk, d_v)
             m_i = m_new
-        # l is 0 only for a row that saw no key at all (its acc is 0 too); any other row
-        # has l >= 1, because its largest score contributes exp(0) = 1.
-        out[:, r0:r1] = acc / l_i.masked_fill_(l_i == 0, 1.0)  # (B, bq, d_v)
+        # softmax(s) V = acc / l. A row that saw a key has l >= 1 (its largest score adds
+        # 2^0 = 1); a row that saw none has l = 0 and acc = 0. Raising l to at least 1
+        # changes only the latter, which then gives 0 / 1 = 0 instead of 0 / 0 = NaN.
+        torch.div(acc, l_i.clamp_(min=1.0), out=out[:, r0:r1])  # (B, bq, d_v)
     return out.reshape(*batch, n_q, d_v).to(q.dtype)  # (..., n_q, d_v)
