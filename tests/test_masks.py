@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from encoderlab import masks
 
@@ -68,3 +70,70 @@ def test_combine_reports_shapes_that_do_not_broadcast():
         masks.combine(masks.causal(3), masks.causal(4))
     with pytest.raises(ValueError, match="at least one"):
         masks.combine()
+
+
+# --- The masks of Lessons 9 and 10: checked against their definitions entry by entry ---
+
+small = st.integers(1, 12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=small, data=st.data())
+def test_prefix_lm_is_bidirectional_on_the_prefix_and_causal_after(n, data):
+    p = data.draw(st.integers(0, n))
+    m = masks.prefix_lm(n, p)
+    for i in range(n):
+        for j in range(n):
+            assert bool(m[i, j]) == (j < p or j <= i)
+    assert torch.equal(masks.prefix_lm(n, 0), masks.causal(n))
+    assert torch.equal(masks.prefix_lm(n, n), masks.bidirectional(n))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=small, window=st.integers(0, 14), is_causal=st.booleans())
+def test_sliding_window_keeps_keys_within_the_window(n, window, is_causal):
+    m = masks.sliding_window(n, window, causal=is_causal)
+    for i in range(n):
+        for j in range(n):
+            assert bool(m[i, j]) == (abs(i - j) <= window and (j <= i or not is_causal))
+    if window >= n:
+        expected = masks.causal(n) if is_causal else masks.bidirectional(n)
+        assert torch.equal(m, expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(doc_ids=st.lists(st.integers(0, 3), min_size=1, max_size=12))
+def test_document_mask_is_same_document(doc_ids):
+    ids = torch.tensor(doc_ids)
+    m = masks.document(ids)
+    for i, a in enumerate(doc_ids):
+        for j, b in enumerate(doc_ids):
+            assert bool(m[i, j]) == (a == b)
+    batched = masks.document(torch.stack([ids, ids.flip(0)]))
+    assert batched.shape == (2, 1, len(doc_ids), len(doc_ids))
+    assert torch.equal(batched[0, 0], m)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n_q=small, n_kv=small, data=st.data())
+def test_cross_mask_is_a_rectangle_hiding_padded_sources(n_q, n_kv, data):
+    q_real = data.draw(st.integers(1, n_q))
+    kv_real = data.draw(st.integers(1, n_kv))
+    q_mask = (torch.arange(n_q) < q_real).long()[None]  # (1, n_q)
+    kv_mask = (torch.arange(n_kv) < kv_real).long()[None]  # (1, n_kv)
+    m = masks.cross(q_mask, kv_mask)
+    assert m.shape == (1, 1, n_q, n_kv)
+    for i in range(n_q):
+        for j in range(n_kv):
+            assert bool(m[0, 0, i, j]) == (i < q_real and j < kv_real)
+
+
+def test_new_mask_builders_reject_bad_arguments():
+    with pytest.raises(ValueError, match=r"prefix_len must be an int in \[0, n=4\]"):
+        masks.prefix_lm(4, 5)
+    with pytest.raises(ValueError, match="window must be a non-negative int"):
+        masks.sliding_window(4, -1)
+    with pytest.raises(ValueError, match="doc_ids must be a non-empty integer tensor"):
+        masks.document(torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="same batch size"):
+        masks.cross(torch.ones(2, 3), torch.ones(1, 3))

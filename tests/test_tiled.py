@@ -362,3 +362,27 @@ def test_error_shapes_that_do_not_match():
         tiled_attention(q, k[:1].expand(3, -1, -1, -1), v[:1].expand(3, -1, -1, -1))
     with pytest.raises(ValueError, match="dtype"):
         tiled_attention(q, k.double(), v)
+
+
+@pytest.mark.parametrize(
+    "name, mask",
+    [
+        ("prefix-LM", masks.prefix_lm(300, 70)),
+        ("sliding window", masks.sliding_window(300, 40)),
+        ("causal sliding window", masks.sliding_window(300, 40, causal=True)),
+        ("document", masks.document(torch.arange(300) // 97)),
+    ],
+)
+def test_every_structural_mask_equals_dense_and_skips_its_empty_tiles(name, mask):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 300, 16, generator=g) for _ in range(3))
+    expected, _ = scaled_dot_product_attention(q, k, v, mask)
+    out = tiled_attention(q, k, v, mask=mask, block_size=64)
+    assert (out - expected).abs().max() <= 1e-5, name
+    counts = tile_counts(300, block_size=64, mask=mask)
+    # a tile is computed exactly when some (i, j) inside it is allowed
+    T = -(-300 // 64)
+    padded = torch.zeros(T * 64, T * 64, dtype=torch.bool)
+    padded[:300, :300] = mask
+    brute = int(padded.view(T, 64, T, 64).any(dim=(1, 3)).sum())
+    assert counts["computed"] == brute < counts["total"], name

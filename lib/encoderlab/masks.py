@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["bidirectional", "causal", "padding", "combine", "to_additive", "check_mask"]
+__all__ = [
+    "bidirectional",
+    "causal",
+    "padding",
+    "prefix_lm",
+    "sliding_window",
+    "document",
+    "cross",
+    "combine",
+    "to_additive",
+    "check_mask",
+]
 
 
 def _check_length(n, name: str = "n") -> int:
@@ -60,6 +71,69 @@ def padding(attention_mask: torch.Tensor) -> torch.Tensor:
             )
         attention_mask = attention_mask != 0
     return attention_mask[:, None, None, :]  # (b, 1, 1, n)
+
+
+def prefix_lm(n: int, prefix_len: int, device=None) -> torch.Tensor:
+    """The prefix-LM mask: bidirectional over the first ``prefix_len`` positions, causal after.
+
+    Every query sees the whole prefix; a query after the prefix also sees the
+    positions up to itself (Lesson 10). ``prefix_len=0`` is causal, ``n`` is bidirectional.
+    """
+    _check_length(n)
+    if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or not 0 <= prefix_len <= n:
+        raise ValueError(f"prefix_len must be an int in [0, n={n}], got {prefix_len!r}.")
+    mask = causal(n, device=device)  # (n, n)
+    mask[:, :prefix_len] = True  # the prefix is visible from everywhere
+    return mask
+
+
+def sliding_window(n: int, window: int, causal: bool = False, device=None) -> torch.Tensor:
+    """Local attention: query i sees key j only when |i - j| <= window (Lesson 9).
+
+    With ``causal=True`` only the left side is kept (j <= i and i - j <= window),
+    the decoder's sliding window; without it both sides, as in Longformer's and
+    ModernBERT's local layers.
+    """
+    _check_length(n)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be a non-negative int (keys on each side), got {window!r}.")
+    i = torch.arange(n, device=device)[:, None]  # (n, 1): queries
+    j = torch.arange(n, device=device)[None, :]  # (1, n): keys
+    mask = (i - j).abs() <= window  # (n, n)
+    return mask & (j <= i) if causal else mask
+
+
+def document(doc_ids: torch.Tensor) -> torch.Tensor:
+    """Block-diagonal mask for packed sequences: a token sees only its own document (Lesson 9).
+
+    ``doc_ids`` is (n,) or (b, n), one document number per position; the result
+    is (n, n) or (b, 1, n, n). Combine it with ``causal(n)`` for packed decoder training.
+    """
+    if not isinstance(doc_ids, torch.Tensor):
+        doc_ids = torch.as_tensor(doc_ids)
+    if doc_ids.dim() not in (1, 2) or doc_ids.dtype.is_floating_point or doc_ids.numel() == 0:
+        raise ValueError(
+            "doc_ids must be a non-empty integer tensor of shape (n,) or (batch, n), one "
+            f"document number per position; got dtype {doc_ids.dtype}, "
+            f"shape {tuple(doc_ids.shape)}."
+        )
+    same = doc_ids[..., :, None] == doc_ids[..., None, :]  # (..., n, n)
+    return same if doc_ids.dim() == 1 else same[:, None]  # (n, n) or (b, 1, n, n)
+
+
+def cross(q_mask: torch.Tensor, kv_mask: torch.Tensor) -> torch.Tensor:
+    """Cross-attention mask from the two sides' attention masks (Lesson 10).
+
+    ``q_mask`` is the decoder's (b, n_q), ``kv_mask`` the encoder's (b, n_kv), 1 = real
+    token. Padded source tokens are hidden from every query; a padded query row sees
+    nothing, so its output is zero. Result: (b, 1, n_q, n_kv), a rectangle.
+    """
+    q, kv = padding(q_mask), padding(kv_mask)  # (b, 1, 1, n_q), (b, 1, 1, n_kv)
+    if q.shape[0] != kv.shape[0]:
+        raise ValueError(
+            f"q_mask and kv_mask must have the same batch size, got {q.shape[0]} and {kv.shape[0]}."
+        )
+    return q.transpose(-1, -2) & kv  # (b, 1, n_q, 1) & (b, 1, 1, n_kv) -> (b, 1, n_q, n_kv)
 
 
 def check_mask(mask: torch.Tensor, shape: tuple[int, ...], name: str = "mask") -> None:
