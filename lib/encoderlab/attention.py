@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from .masks import check_mask
 
-__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "offset_attention_mass"]
+__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "offset_attention_mass"]
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -64,6 +64,29 @@ def scaled_dot_product_attention(
     return out, a
 
 
+class KVCache:
+    """Keys and values a decoder keeps between generation steps, for one attention layer.
+
+    Self-attention appends the new position's K and V at every step, so step t+1
+    attends over all earlier positions without recomputing them. Cross-attention
+    stores the source's K and V once and reuses them at every step (Lesson 10).
+    """
+
+    def __init__(self):
+        self.k: torch.Tensor | None = None  # (b, h, t, d_k)
+        self.v: torch.Tensor | None = None  # (b, h, t, d_v)
+
+    def store(self, k: torch.Tensor, v: torch.Tensor, append: bool = True):
+        if append and self.k is not None:
+            k = torch.cat([self.k, k], dim=-2)  # (b, h, t + n_new, d_k)
+            v = torch.cat([self.v, v], dim=-2)
+        self.k, self.v = k, v
+        return k, v
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+
 class MultiHeadAttention(nn.Module):
     """h heads of scaled dot-product attention, concatenated and mixed by W_O (Lesson 4, §1).
 
@@ -86,6 +109,7 @@ class MultiHeadAttention(nn.Module):
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)  # mixes the concatenated heads
         self.dropout = nn.Dropout(dropout)
+        self.kv_projections = 0  # how many times keys and values were projected (Lesson 10)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -97,15 +121,22 @@ class MultiHeadAttention(nn.Module):
         context: torch.Tensor | None = None,  # (b, n_kv, d_model) for cross-attention
         mask: torch.Tensor | None = None,  # bool, broadcastable to (b, h, n_q, n_kv)
         need_weights: bool = True,
+        cache: KVCache | None = None,  # the decoder's cache for this layer (Lesson 10)
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x must have shape (batch, n, d_model={self.d_model}), got {tuple(x.shape)}."
             )
-        source = x if context is None else context
         q = self._split_heads(self.w_q(x))  # (b, h, n_q, d_k)
-        k = self._split_heads(self.w_k(source))  # (b, h, n_kv, d_k)
-        v = self._split_heads(self.w_v(source))  # (b, h, n_kv, d_k)
+        if cache is not None and context is not None and cache.k is not None:
+            k, v = cache.k, cache.v  # cross-attention: the source's K, V were computed once
+        else:
+            source = x if context is None else context
+            k = self._split_heads(self.w_k(source))  # (b, h, n_kv, d_k)
+            v = self._split_heads(self.w_v(source))  # (b, h, n_kv, d_k)
+            self.kv_projections += 1
+            if cache is not None:  # self-attention appends the new positions; cross stores once
+                k, v = cache.store(k, v, append=context is None)
         if need_weights or (self.training and self.dropout.p > 0):
             # out (b, h, n_q, d_k), a (b, h, n_q, n_kv)
             out, a = scaled_dot_product_attention(q, k, v, mask)
