@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.nn import functional as F
 
-from . import tiled
+from . import masks, tiled
 
 __all__ = [
     "attention_flops",
@@ -27,6 +27,8 @@ __all__ = [
     "environment",
     "bench_encoder_vs_reference",
     "bench_causal_skip",
+    "structural_masks",
+    "bench_masks",
     "main",
 ]
 
@@ -161,6 +163,45 @@ def bench_causal_skip(
     }
 
 
+def structural_masks(n: int, window: int = 256, n_docs: int = 4) -> dict[str, torch.Tensor]:
+    """The (n, n) masks Lesson 9 compares, each a boolean tensor (True = may attend)."""
+    doc_ids = torch.arange(n) * n_docs // n  # n_docs documents of equal length, packed
+    return {
+        "full": masks.bidirectional(n),
+        "causal": masks.causal(n),
+        "sliding window": masks.sliding_window(n, window),
+        "document": masks.document(doc_ids),
+        "prefix-LM": masks.prefix_lm(n, n // 4),
+    }
+
+
+def bench_masks(
+    n: int = 2048, block_size: int = 128, n_heads: int = 4, d_k: int = 64, repeats: int = 5
+) -> list[dict]:
+    """For each mask: the fraction of tiles computed, and the time of tiled attention with
+    that mask over the time of full tiled attention, measured side by side."""
+    q, k, v = _qkv(n, n_heads, d_k)
+    rows = []
+    with torch.inference_mode():
+        for name, mask in structural_masks(n).items():
+            counts = tiled.tile_counts(n, block_size=block_size, mask=mask)
+            pair = time_pair(
+                lambda: tiled.tiled_attention(q, k, v, block_size=block_size),
+                lambda m=mask: tiled.tiled_attention(q, k, v, mask=m, block_size=block_size),
+                repeats=repeats,
+                names=("full", name),
+            )
+            rows.append(
+                {
+                    "mask": name,
+                    "tile_fraction": counts["fraction"],
+                    "time_fraction": 1 / pair.ratio,  # time(mask) / time(full)
+                    "time_ms": pair.median_b_s * 1e3,
+                }
+            )
+    return rows
+
+
 TARGETS = {
     "encoder_over_reference": ("<=", 1.05),
     "tiled_fraction_of_ideal": (">=", 0.95),
@@ -219,6 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     width = max(len(row[0]) for row in rows)
     for name, detail, value, verdict in rows:
         print(f"{name:<{width}}  {value:>9}  {detail:<28} {verdict}")
+
+    n_masks = min(args.n, 2048)
+    print(f"\ntiled attention by mask, n={n_masks}, block 128 (time relative to full tiled):")
+    print(f"{'mask':<16} {'tiles computed':>14} {'time':>8} {'ms':>8}")
+    for row in bench_masks(n=n_masks, repeats=args.repeats):
+        print(
+            f"{row['mask']:<16} {row['tile_fraction']:>14.3f} {row['time_fraction']:>8.3f} "
+            f"{row['time_ms']:>8.1f}"
+        )
     return 0
 
 
