@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 MATHJAX := _build/.assets/mathjax
 
-.PHONY: book test lint notebooks site serve student clean
+.PHONY: book test lint notebooks serve student clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,9 +39,25 @@ serve:
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests
 
+# Two workers, one thread each: two workers of two threads on two cores slow small matmuls
+# many times over.
 test: lint book
-	$(BIN)/python -m pytest -n 2 --dist loadfile tests \
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile tests \
 		--nbval lessons --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+# Execute lesson notebooks in place (all, or NB=lessons/03-....ipynb), store progress bars in
+# their final state, and drop the per-cell timestamps so that diffs show only real changes.
+NB ?= lessons/*.ipynb
+notebooks: $(STAMP)
+	for nb in $(NB); do \
+		$(BIN)/jupyter nbconvert --to notebook --execute --inplace "$$nb" || exit 1; \
+		$(BIN)/jupyter nbconvert --to notebook --inplace --coalesce-streams "$$nb" || exit 1; \
+		$(BIN)/python -c 'import sys, nbformat; nb = nbformat.read(sys.argv[1], 4); \
+		[c.metadata.pop("execution", None) for c in nb.cells]; nbformat.write(nb, sys.argv[1])' "$$nb"; \
+	done
+
+student: $(STAMP)
+	$(BIN)/python -m encoderlab.student
 
 clean:
 	rm -rf _build

@@ -8,8 +8,6 @@ M (see :mod:`encoderlab.masks`). Masks here are boolean, True = may attend.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -50,7 +48,9 @@ def scaled_dot_product_attention(
     """
     _check_qkv(q, k, v)
     d_k = q.shape[-1]
-    s = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., n_q, n_kv): the scores s_ij
+    # (..., n_q, n_kv): s_ij = q_i . k_j / sqrt(d_k); multiplying by d_k**-0.5 rounds exactly
+    # as the reference BertModel does, so the two agree bit for bit
+    s = (q @ k.transpose(-2, -1)) * d_k**-0.5
     if mask is not None:
         check_mask(mask, tuple(s.shape))
         s = s.masked_fill_(~mask, float("-inf"))  # exp(-inf) = 0: those keys get no weight
