@@ -108,6 +108,9 @@ KEY: list[tuple[str, str]] = (
         ("cell in a model's colour", "mask figures: the query may attend the key, M_ij = 0"),
         ("outlined cell", "the cell the text talks about"),
         ("rows / columns", "rows are queries i, columns are keys j"),
+        ("white → encoder blue", "similarity of small labelled sets (similarity_heatmap), 0 to 1"),
+        ("blue → white → red", "cosine similarity of large matrices (similarity_map), −1 to 1"),
+        ("light grey / light sky-blue cells", "token grids: segment s_i = 0 / s_i = 1"),
     ]
 )
 
@@ -741,3 +744,748 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
 if __name__ == "__main__":
     main()
+
+
+# --- Lesson 1 ---
+# The three families as wiring diagrams, and a heatmap for similarity matrices.
+
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
+
+__all__ += ["wirings_diagram", "similarity_heatmap", "SIMILARITY_CMAP"]
+
+_BOX_W, _BOX_H = 0.72, 0.46  # a token box, in data units (one token per unit of x)
+
+
+def _token_row(ax, xs, y, labels, role: str, gid: str) -> None:
+    """A row of token boxes in a role's colour, centred at (x, y)."""
+    for x, label in zip(xs, labels, strict=True):
+        box = FancyBboxPatch(
+            (x - _BOX_W / 2, y - _BOX_H / 2), _BOX_W, _BOX_H,
+            boxstyle="round,pad=0.0,rounding_size=0.08", facecolor="white",
+            edgecolor=COLORS[role], linewidth=1.4, zorder=3, gid=gid,
+        )
+        ax.add_patch(box)
+        ax.text(x, y, label, ha="center", va="center", fontsize=9, zorder=4)
+
+
+def _edges(ax, pairs, role: str, gid: str, rad: float = 0.0) -> None:
+    """Arrows key -> query in the role's colour and line style: ((x0, y0), (x1, y1)) pairs."""
+    for start, end in pairs:
+        arrow = FancyArrowPatch(
+            start, end, arrowstyle="-|>", mutation_scale=7, color=COLORS[role],
+            linestyle=LINESTYLES[role], linewidth=0.9, alpha=0.8, shrinkA=0, shrinkB=0,
+            connectionstyle=f"arc3,rad={rad}", zorder=2, gid=gid,
+        )
+        ax.add_patch(arrow)
+
+
+def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
+    """The three families as token boxes and attention arrows (Lesson 1, §3; Lesson 10).
+
+    Each arrow runs from a key j (a token in the layer below) to a query i (a token in the layer
+    above) that may read it. Encoder-only: every token reads every token (n^2 arrows, solid
+    blue). Decoder-only: token i reads tokens j <= i only (n(n+1)/2 arrows, dashed vermillion).
+    Encoder–decoder: an encoder block, and a decoder block whose every position also reads every
+    encoder output through cross-attention (n_targets * n_tokens arrows, dash-dot green).
+    The arrows carry the gids "encoder-self", "decoder-self" and "cross". Returns the Axes.
+    """
+    for name, value in (("n_tokens", n_tokens), ("n_targets", n_targets)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 8:
+            raise ValueError(f"{name} must be an int from 1 to 8 (boxes per row), got {value!r}.")
+    ax = _new_axes(ax, figsize=(11.5, 3.9))
+    bottom, top = 0.0, 2.0  # the layer below (keys) and the layer above (queries)
+    lo, hi = bottom + _BOX_H / 2, top - _BOX_H / 2  # arrows start and end at the box edges
+    n, m = n_tokens, n_targets
+    xs_in = [f"$x_{{{i + 1}}}$" for i in range(n)]
+    hs_out = [f"$h_{{{i + 1}}}$" for i in range(n)]
+
+    def title(x_mid, name, examples, y=top + 0.75):
+        ax.text(x_mid, y, name, ha="center", va="bottom", fontsize=11, fontweight="bold")
+        ax.text(x_mid, y - 0.08, examples, ha="center", va="top", fontsize=9, color="#555555")
+
+    def note(x_mid, text):
+        ax.text(x_mid, bottom - 0.55, text, ha="center", va="top", fontsize=9)
+
+    # 1. Encoder-only: all n^2 key -> query pairs.
+    x0 = 0.0
+    enc_x = [x0 + i for i in range(n)]
+    _edges(ax, [((enc_x[j], lo), (enc_x[i], hi)) for i in range(n) for j in range(n)],
+           "encoder", "encoder-self")
+    _token_row(ax, enc_x, bottom, xs_in, "encoder", "encoder-token")
+    _token_row(ax, enc_x, top, hs_out, "encoder", "encoder-token")
+    title(x0 + (n - 1) / 2, "encoder-only", "BERT, RoBERTa, MiniLM")
+    note(x0 + (n - 1) / 2, "every token reads every token")
+
+    # 2. Decoder-only: key j -> query i only when j <= i.
+    x0 = n + 1.2
+    dec_x = [x0 + i for i in range(n)]
+    _edges(ax, [((dec_x[j], lo), (dec_x[i], hi)) for i in range(n) for j in range(i + 1)],
+           "decoder", "decoder-self")
+    _token_row(ax, dec_x, bottom, xs_in, "decoder", "decoder-token")
+    _token_row(ax, dec_x, top, hs_out, "decoder", "decoder-token")
+    title(x0 + (n - 1) / 2, "decoder-only", "GPT, Llama")
+    note(x0 + (n - 1) / 2, "token i reads tokens j ≤ i")
+
+    # 3. Encoder–decoder: the encoder as in 1; the decoder, raised, reads its own past (causal)
+    # and every encoder output (cross-attention).
+    x0 = 2 * (n + 1.2)
+    e_x = [x0 + i for i in range(n)]
+    d_x = [x0 + n + 0.2 + i for i in range(m)]
+    lift = 2.0  # the decoder block sits higher: it reads the encoder's finished outputs
+    _edges(ax, [((e_x[j], lo), (e_x[i], hi)) for i in range(n) for j in range(n)],
+           "encoder", "encoder-self")
+    _edges(ax, [((d_x[j], lo + lift), (d_x[i], hi + lift)) for i in range(m) for j in range(i + 1)],
+           "decoder", "decoder-self")
+    # cross-attention: from the top of every encoder output to the bottom of every decoder
+    # position (its left half, so that the causal arrows from below keep the middle)
+    _edges(ax, [((e_x[j], top + _BOX_H / 2), (d_x[i] - _BOX_W / 4, hi + lift))
+                for i in range(m) for j in range(n)], "cross", "cross")
+    _token_row(ax, e_x, bottom, xs_in, "encoder", "encoder-token")
+    _token_row(ax, e_x, top, hs_out, "encoder", "encoder-token")
+    _token_row(ax, d_x, bottom + lift, [f"$y_{{{i + 1}}}$" for i in range(m)], "decoder",
+               "decoder-token")
+    _token_row(ax, d_x, top + lift, [f"$g_{{{i + 1}}}$" for i in range(m)], "decoder",
+               "decoder-token")
+    mid = (e_x[0] + d_x[-1]) / 2
+    title(mid, "encoder–decoder", "T5, BART", y=top + lift + 0.75)
+    note(mid, "the decoder reads every encoder output")
+
+    ax.set_xlim(-0.7, d_x[-1] + 0.7)
+    ax.set_ylim(bottom - 1.05, top + lift + 1.25)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    ax.legend(
+        handles=[
+            Line2D([], [], color=COLORS[r], linestyle=LINESTYLES[r], linewidth=1.6, label=text)
+            for r, text in (
+                ("encoder", "bidirectional self-attention (encoder)"),
+                ("decoder", "causal self-attention (decoder)"),
+                ("cross", "cross-attention (decoder reads encoder)"),
+            )
+        ],
+        loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, handlelength=2.6,
+    )
+    return ax
+
+
+# Similarities: white (the smallest value shown) to dark encoder blue (1 = the same direction).
+SIMILARITY_CMAP = LinearSegmentedColormap.from_list(
+    "encoderlab_similarity", ["#FFFFFF", "#B9D6EA", COLORS["encoder"], "#00385A"]
+)
+
+
+def similarity_heatmap(
+    similarity,
+    labels: Sequence[str] | None = None,
+    ax=None,
+    title: str | None = None,
+    groups: Sequence | None = None,
+    vmin: float | None = None,
+    vmax: float = 1.0,
+    annotate: bool | None = None,
+    colorbar: bool = True,
+    colorbar_label: str = "cosine similarity",
+):
+    """A square similarity matrix as a heatmap, with its values written in (Lesson 1, §4; L. 8).
+
+    ``labels`` name the rows (and columns); ``groups`` (one name per row, rows of a group
+    together) draws a line between groups and writes each group's name beside its rows.
+    ``vmin`` defaults to the smallest off-diagonal value, so the contrast goes to the pairs.
+    ``annotate`` writes each value (default: when there are at most 12 rows). Returns the Axes.
+    """
+    s = _squeeze_to_2d(_as_array(similarity), "similarity_heatmap")
+    m = s.shape[0]
+    if s.shape != (m, m):
+        raise ValueError(f"similarity must be square (m, m), got shape {s.shape}.")
+    for name, seq in (("labels", labels), ("groups", groups)):
+        if seq is not None and len(seq) != m:
+            raise ValueError(f"{name} must have one entry per row: {m} rows, {len(seq)} given.")
+    if vmin is None:
+        off = s[~np.eye(m, dtype=bool)]
+        vmin = float(off.min()) if off.size else 0.0
+    ax = _new_axes(ax, figsize=(2.8 + 0.5 * m, 1.6 + 0.5 * m))
+    image = ax.imshow(s, cmap=SIMILARITY_CMAP, vmin=vmin, vmax=vmax, aspect="equal")
+    ticks = list(labels) if labels is not None else [str(i) for i in range(m)]
+    ax.set_xticks(range(m), labels=ticks, rotation=90)
+    ax.set_yticks(range(m), labels=ticks)
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    ax.set_xticks(np.arange(-0.5, m, 1.0), minor=True)
+    ax.set_yticks(np.arange(-0.5, m, 1.0), minor=True)
+    ax.grid(which="minor", color="white", linewidth=0.8)
+    ax.tick_params(which="minor", length=0)
+    ax.grid(which="major", visible=False)
+    if annotate is None:
+        annotate = m <= 12
+    if annotate:
+        middle = vmin + 0.6 * (vmax - vmin)
+        for i in range(m):
+            for j in range(m):
+                ax.text(j, i, f"{s[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if s[i, j] > middle else "#222222", zorder=4)
+    if groups is not None:
+        groups = list(groups)
+        starts = [0] + [i for i in range(1, m) if groups[i] != groups[i - 1]]
+        for k, start in enumerate(starts):
+            end = starts[k + 1] if k + 1 < len(starts) else m
+            if start > 0:  # a line between two groups, across the whole matrix
+                ax.axhline(start - 0.5, color=COLORS["reference"], linewidth=1.6, zorder=5)
+                ax.axvline(start - 0.5, color=COLORS["reference"], linewidth=1.6, zorder=5)
+            ax.text(m - 0.35, (start + end - 1) / 2, str(groups[start]), rotation=-90,
+                    ha="left", va="center", fontsize=9, fontweight="bold", zorder=5)
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.08 if groups else 0.03)
+        bar.set_label(colorbar_label)
+        bar.outline.set_visible(False)
+    return ax
+
+
+# --- Lesson 2 ---
+# Similarity matrices (learned position embeddings, later sentence embeddings), their profile
+# along the diagonals, and a batch of tokens as a grid with segments and padding.
+
+__all__ += [
+    "COSINE_CMAP",
+    "SEGMENT_COLORS",
+    "similarity_map",
+    "diagonal_stats",
+    "similarity_by_offset",
+    "token_grid",
+]
+
+# Cosine similarity on its whole range [-1, 1]: a diverging map, white at 0, red for alike, blue
+# for opposite (colour-blind safe; a scale read through its colorbar, not a categorical colour).
+# Lesson 1's SIMILARITY_CMAP is the sequential map for small labelled matrices of positive values.
+COSINE_CMAP = mpl.colormaps["RdBu_r"]
+
+# Token cells in token_grid: segment s_i = 0 light grey, s_i = 1 a light tint of sky blue;
+# [PAD] cells keep the figure key's padding colour, COLORS["padding"].
+SEGMENT_COLORS = {0: "#ECECEC", 1: "#C6E4F7"}
+
+
+def _axis_labels(labels, n_rows: int, n_cols: int, what: str):
+    """Row and column labels from one list (a square matrix) or a pair (rows, columns)."""
+    if labels is None:
+        return None, None
+    pair = (
+        len(labels) == 2
+        and not isinstance(labels[0], str)
+        and isinstance(labels[0], Sequence)
+        and isinstance(labels[1], Sequence)
+    )
+    rows, cols = (list(labels[0]), list(labels[1])) if pair else (list(labels),) * 2
+    if len(rows) != n_rows or len(cols) != n_cols:
+        raise ValueError(
+            f"{what}: labels must name {n_rows} rows and {n_cols} columns, got {len(rows)} and "
+            f"{len(cols)}. For a rectangular matrix pass a pair (row_labels, column_labels)."
+        )
+    return rows, cols
+
+
+def similarity_map(
+    matrix,
+    labels=None,
+    ax=None,
+    title: str | None = None,
+    colorbar: bool = True,
+    vmin: float = -1.0,
+    vmax: float = 1.0,
+    cbar_label: str = "cosine similarity",
+    axis_name: str = "position",
+    ticks: Sequence[int] | None = None,
+):
+    """A similarity matrix on a diverging scale, white at 0, made for large ones (Lesson 2, §5).
+
+    Made for cosine similarities over their whole range [-1, 1], e.g. the 512 learned position
+    embeddings against each other (a 512 × 512 matrix). Beyond 40 rows the axes are numbered
+    (``ticks`` chooses the numbers); ``labels`` (one list, or a pair for a rectangular matrix)
+    names rows and columns of smaller matrices. Axis titles read "{axis_name} i" and
+    "{axis_name} j". For a small labelled matrix of mostly positive values, with the values
+    written in, Lesson 1's :func:`similarity_heatmap` is the better choice. Returns the Axes.
+    """
+    c = _squeeze_to_2d(_as_array(matrix), "similarity_map")
+    if not vmin < vmax:
+        raise ValueError(f"similarity_map needs vmin < vmax, got vmin={vmin}, vmax={vmax}.")
+    n_rows, n_cols = c.shape
+    row_labels, col_labels = _axis_labels(labels, n_rows, n_cols, "similarity_map")
+    big = max(n_rows, n_cols) > 40
+    if labels is not None and not big:
+        figsize = (2.6 + 0.36 * n_cols, 1.8 + 0.36 * n_rows)
+    else:
+        figsize = (4.8, 4.0)
+    ax = _new_axes(ax, figsize=figsize)
+    image = ax.imshow(c, cmap=COSINE_CMAP, vmin=vmin, vmax=vmax, aspect="equal",
+                      interpolation="nearest" if not big else "antialiased")
+    if row_labels is not None and not big:
+        ax.set_xticks(range(n_cols), labels=col_labels, rotation=90)
+        ax.set_yticks(range(n_rows), labels=row_labels)
+    elif ticks is not None:
+        ax.set_xticks(list(ticks))
+        ax.set_yticks(list(ticks))
+    else:
+        ax.xaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True, nbins=6))
+        ax.yaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True, nbins=6))
+    ax.set_xlabel(f"{axis_name} j")
+    ax.set_ylabel(f"{axis_name} i")
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+        bar.set_label(cbar_label)
+        bar.outline.set_visible(False)
+    return ax
+
+
+def diagonal_stats(matrix) -> dict[str, np.ndarray]:
+    """Mean, min and max of each diagonal C[i, i+k] of a square matrix, k = 0..n-1 (Lesson 2, §5).
+
+    For a similarity matrix of positions, entry k summarises how alike two positions k apart
+    are. Returns numpy arrays ``offset``, ``mean``, ``min``, ``max`` (and ``count``, the n-k
+    pairs behind each), so a notebook can print the numbers that :func:`similarity_by_offset`
+    draws.
+    """
+    c = _squeeze_to_2d(_as_array(matrix), "diagonal_stats")
+    if c.shape[0] != c.shape[1]:
+        raise ValueError(
+            f"diagonal_stats needs a square matrix (position i against position j), got shape "
+            f"{c.shape}."
+        )
+    n = c.shape[0]
+    diagonals = [np.diagonal(c, k) for k in range(n)]
+    return {
+        "offset": np.arange(n),
+        "mean": np.array([d.mean() for d in diagonals]),
+        "min": np.array([d.min() for d in diagonals]),
+        "max": np.array([d.max() for d in diagonals]),
+        "count": np.array([d.size for d in diagonals]),
+    }
+
+
+def similarity_by_offset(
+    matrix,
+    ax=None,
+    max_offset: int | None = None,
+    title: str | None = None,
+    label: str = "mean over pairs (i, i+k)",
+    band: bool = True,
+    logx: bool = False,
+    xlabel: str = "offset k = j − i",
+    ylabel: str = "cosine similarity",
+):
+    """Similarity against distance: the mean of each diagonal of ``matrix`` (Lesson 2, §5).
+
+    A solid line in the encoder's colour for the mean over all pairs k apart, with a light band
+    from the smallest to the largest pair when ``band`` is True, and a grey line at 0. Offsets
+    start at k = 1 (k = 0 is each vector with itself). The legend sits in the lower left, which
+    suits similarities that start high at small k. Returns the Axes.
+    """
+    stats = diagonal_stats(matrix)
+    n = len(stats["offset"])
+    if n < 2:
+        raise ValueError("similarity_by_offset needs at least 2 × 2 entries, got a 1 × 1 matrix.")
+    last = n - 1 if max_offset is None else int(max_offset)
+    if not 1 <= last <= n - 1:
+        raise ValueError(f"max_offset must lie in 1..{n - 1} for a {n} × {n} matrix, got {last}.")
+    k = slice(1, last + 1)
+    ax = _new_axes(ax, figsize=(5.4, 3.4))
+    color = COLORS["encoder"]
+    if band:
+        ax.fill_between(stats["offset"][k], stats["min"][k], stats["max"][k], color=color,
+                        alpha=0.16, linewidth=0, label="min to max over pairs")
+    ax.plot(stats["offset"][k], stats["mean"][k], color=color, linestyle=LINESTYLES["encoder"],
+            linewidth=1.4, label=label)
+    ax.axhline(0.0, color="#999999", linewidth=0.8, zorder=0)
+    if logx:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.set_xlim(1, last)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y")
+    if title:
+        ax.set_title(title)
+    ax.legend(loc="lower left")  # below the band at small k, where nothing is drawn
+    return ax
+
+
+def _grid_rows(values, n_rows: int, n_cols: int, name: str) -> np.ndarray:
+    """A (rows, columns) int array from lists of lists or a tensor, with its shape checked."""
+    rows = _as_array(values, dtype=float)
+    if rows.ndim == 1:
+        rows = rows[None, :]
+    if rows.shape != (n_rows, n_cols):
+        raise ValueError(
+            f"token_grid: {name} must have one value per token, shape {(n_rows, n_cols)}, got "
+            f"{rows.shape}."
+        )
+    return rows.astype(int)
+
+
+def token_grid(
+    tokens,
+    segments=None,
+    attention_mask=None,
+    ax=None,
+    title: str | None = None,
+    row_labels: Sequence[str] | None = None,
+    legend: bool = True,
+):
+    """A batch of token sequences as a grid: rows = texts, columns = positions i (Lesson 2, §7).
+
+    Each cell shows its token, coloured by its segment id s_i (``SEGMENT_COLORS``); a cell whose
+    ``attention_mask`` is 0 is padding, drawn in the figure key's padding colour (without an
+    ``attention_mask``, cells reading "[PAD]" are). ``tokens`` is one list of str or a list of
+    equally long lists (pad the batch first); ``segments`` and ``attention_mask`` are lists or
+    tensors of the same shape. Returns the Axes.
+    """
+    if tokens and isinstance(tokens[0], str):
+        tokens = [tokens]
+    rows = [list(row) for row in tokens]
+    if not rows or not rows[0]:
+        raise ValueError("token_grid needs at least one token, got none.")
+    lengths = sorted({len(row) for row in rows})
+    if len(lengths) > 1:
+        raise ValueError(
+            f"token_grid needs rows of equal length, got lengths {lengths[0]} to {lengths[-1]}. "
+            "Pad the batch first (tokenizer(..., padding=True)) and pass the padded tokens."
+        )
+    n_rows, n_cols = len(rows), lengths[0]
+    seg = (np.zeros((n_rows, n_cols), dtype=int) if segments is None
+           else _grid_rows(segments, n_rows, n_cols, "segments"))
+    if attention_mask is None:
+        pad = np.array([[token == "[PAD]" for token in row] for row in rows])
+    else:
+        pad = _grid_rows(attention_mask, n_rows, n_cols, "attention_mask") == 0
+    if not set(np.unique(seg)) <= set(SEGMENT_COLORS):
+        raise ValueError(f"segment ids must be 0 or 1, got {sorted(set(np.unique(seg)))}.")
+    if row_labels is not None and len(row_labels) != n_rows:
+        raise ValueError(f"row_labels must name {n_rows} rows, got {len(row_labels)}.")
+    longest = max(len(token) for row in rows for token in row)
+    width = max(0.55, 0.075 * longest + 0.15)  # inches per column: the longest token must fit
+    ax = _new_axes(ax, figsize=(1.4 + width * n_cols, 0.9 + 0.5 * n_rows))
+    for r, row in enumerate(rows):
+        for i, token in enumerate(row):
+            face = COLORS["padding"] if pad[r, i] else SEGMENT_COLORS[int(seg[r, i])]
+            ax.add_patch(Rectangle((i - 0.5, r - 0.5), 1, 1, facecolor=face, edgecolor="white",
+                                   linewidth=1.5, gid="padding" if pad[r, i] else "token"))
+            ax.text(i, r, token, ha="center", va="center", fontsize=9,
+                    color="white" if pad[r, i] else "#1A1A1A")
+    ax.set_xlim(-0.5, n_cols - 0.5)
+    ax.set_ylim(n_rows - 0.5, -0.5)  # the first text on top
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xticks(range(n_cols))
+    ax.set_xlabel("position i")
+    ax.set_yticks(range(n_rows), labels=row_labels or [f"text {r}" for r in range(n_rows)])
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    if title:
+        ax.set_title(title, pad=22)
+    if legend:
+        handles = [Patch(facecolor=SEGMENT_COLORS[s], label=f"segment $s_i={s}$")
+                   for s in sorted(set(np.unique(seg[~pad])) | {0})]
+        if pad.any():
+            handles.append(Patch(facecolor=COLORS["padding"], label="[PAD], attention_mask 0"))
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02),
+                  ncol=len(handles), borderaxespad=0.0)
+    return ax
+
+
+# --- Lesson 4 ---
+# Inside the stack: every head of one layer, a (layer x head) table of numbers, the parameter
+# count by part, the residual stream's norms by depth, and measured curves by depth.
+
+__all__ += ["attention_heads", "layer_head_map", "parameter_bars", "norms_by_layer",
+            "depth_curves"]
+
+
+def attention_heads(
+    weights,
+    tokens=None,
+    ncols: int = 4,
+    vmax: float | None = None,
+    titles: Sequence[str] | None = None,
+    suptitle: str | None = None,
+):
+    """The h attention matrices of one layer as small multiples on one colour scale (Lesson 4, §1).
+
+    ``weights`` has shape (h, n, n) (or (1, h, n, n)); ``tokens`` labels the rows and columns of
+    the left column and bottom row. Returns the Figure.
+    """
+    a = _as_array(weights)
+    while a.ndim > 3 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim != 3:
+        raise ValueError(
+            f"attention_heads draws one layer's heads, shape (h, n, n), got {a.shape}. "
+            "Pick one layer and one batch element first, e.g. out.attentions[2][0]."
+        )
+    h, n_q, n_kv = a.shape
+    if titles is not None and len(titles) != h:
+        raise ValueError(f"got {h} heads but {len(titles)} titles; give one per head.")
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be a positive int, got {ncols!r}.")
+    ncols = min(ncols, h)
+    nrows = -(-h // ncols)
+    vmax = float(a.max()) if vmax is None else vmax
+    use_style()
+    side = max(1.9, 0.2 * max(n_q, n_kv) + 0.5)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols + 1.4, side * nrows + 0.6),
+                             layout="constrained", squeeze=False)
+    for k, ax in enumerate(axes.flat):
+        if k >= h:
+            ax.set_visible(False)
+            continue
+        attention_map(a[k], tokens=tokens, ax=ax, colorbar=False, vmax=vmax,
+                      title=titles[k] if titles is not None else f"head {k + 1}")
+        row, col = divmod(k, ncols)
+        if col > 0:
+            ax.set_ylabel("")
+            ax.tick_params(labelleft=False)
+        if row < nrows - 1 and k + ncols < h:  # a panel below carries the key labels
+            ax.set_xlabel("")
+            ax.tick_params(labelbottom=False)
+    bar = fig.colorbar(axes.flat[0].images[0], ax=list(axes.flat), fraction=0.03, pad=0.02)
+    bar.set_label("attention weight $A_{ij}$")
+    bar.outline.set_visible(False)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def layer_head_map(
+    values,
+    ax=None,
+    title: str | None = None,
+    vmax: float | None = None,
+    label: str = "mean attention weight",
+    annotate: bool = True,
+    fmt: str = "{:.2f}",
+    colorbar: bool = True,
+):
+    """A (layers L, heads h) table of numbers in [0, vmax] as a heatmap (Lesson 4, §6).
+
+    Rows are layers 1..L from the top, columns heads 1..h; the attention colormap is used, as the
+    values are attention weights (e.g. the mass on [CLS], ``inspect_stack.attention_to_tokens``).
+    ``annotate`` writes each value in its cell. Returns the Axes.
+    """
+    v = _as_array(values)
+    if v.ndim != 2:
+        raise ValueError(
+            f"layer_head_map draws a (layers, heads) table, got shape {v.shape}."
+        )
+    L, h = v.shape
+    ax = _new_axes(ax, figsize=(0.55 * h + 1.6, 0.45 * L + 1.0))
+    vmax = float(np.nanmax(v)) if vmax is None else vmax
+    image = ax.imshow(v, cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(h), labels=[str(k + 1) for k in range(h)])
+    ax.set_yticks(range(L), labels=[str(l + 1) for l in range(L)])
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    ax.set_xticks(np.arange(-0.5, h, 1.0), minor=True)
+    ax.set_yticks(np.arange(-0.5, L, 1.0), minor=True)
+    ax.grid(which="minor", color="white", linewidth=0.8)
+    ax.tick_params(which="minor", length=0)
+    if annotate:
+        for l in range(L):
+            for k in range(h):
+                dark = v[l, k] > 0.55 * vmax
+                ax.text(k, l, fmt.format(v[l, k]), ha="center", va="center", fontsize=7,
+                        color="white" if dark else "#1A1A1A", gid="value")
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+        bar.set_label(label)
+        bar.outline.set_visible(False)
+    return ax
+
+
+def parameter_bars(
+    breakdowns: Mapping[str, Mapping[str, int]],
+    ax=None,
+    title: str | None = None,
+    colors: Mapping[str, str] | None = None,
+):
+    """Each model's parameters by part, as shares of its total, side by side (Lesson 4, §5).
+
+    ``breakdowns`` maps a model's name to its parts (``inspect_stack.parameter_breakdown``); a
+    part a model lacks counts as 0. Each bar is labelled with its share and its count.
+    Returns the Axes.
+    """
+    if not breakdowns:
+        raise ValueError("parameter_bars() needs at least one model's breakdown, got none.")
+    models = list(breakdowns)
+    parts = list(dict.fromkeys(p for b in breakdowns.values() for p in b))
+    totals = {m: sum(breakdowns[m].values()) for m in models}
+    if any(t <= 0 for t in totals.values()):
+        raise ValueError(f"every breakdown needs a positive total, got {totals}.")
+    ax = _new_axes(ax, figsize=(7.6, 0.36 * len(parts) * max(1, len(models)) ** 0.5 + 1.2))
+    default = [COLORS["encoder"], _EXTRA_COLORS[0], _EXTRA_COLORS[3], _EXTRA_COLORS[2]]
+    height = 0.8 / len(models)
+    for k, model in enumerate(models):
+        shares = [100 * breakdowns[model].get(p, 0) / totals[model] for p in parts]
+        counts = [breakdowns[model].get(p, 0) for p in parts]
+        ys = [i + (k - (len(models) - 1) / 2) * height for i in range(len(parts))]
+        color = (colors or {}).get(model, default[k % len(default)])
+        bars = ax.barh(ys, shares, height=height * 0.9, color=color,
+                       label=f"{model}: {totals[model]:,} parameters")
+        labels = [f"{s:.1f}% · {_short_count(c)}" if c else "—" for s, c in zip(shares, counts)]
+        ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
+    ax.set_yticks(range(len(parts)), labels=parts)
+    ax.invert_yaxis()  # the first part on top, as in the table
+    ax.set_xlabel("share of the model's parameters (%)")
+    ax.set_xlim(0, 100)
+    ax.grid(axis="x")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    ax.legend(loc="lower right")
+    return ax
+
+
+def _short_count(count: int) -> str:
+    """1234567 -> '1.23M', 98304 -> '98.3k', 768 -> '768'."""
+    if count >= 1e6:
+        return f"{count / 1e6:.2f}M"
+    if count >= 1e3:
+        return f"{count / 1e3:.1f}k"
+    return str(count)
+
+
+def norms_by_layer(
+    norms,
+    ax=None,
+    marks: Mapping[str, Sequence[float]] | None = None,
+    title: str | None = None,
+    ylabel: str = "norm of the token vector $\\|h_i^{(l)}\\|$",
+):
+    """The distribution of token-vector norms at each depth, as box plots (Lesson 4, §6).
+
+    ``norms`` has shape (L + 1, number of tokens) (``inspect_stack.residual_norms``): column 0
+    of the x axis is H^(0), the embeddings. ``marks`` adds one line per named group (e.g. the mean
+    norm of the [CLS] tokens), each with L + 1 values. Returns the Axes.
+    """
+    v = _as_array(norms)
+    if v.ndim != 2 or v.shape[0] < 1:
+        raise ValueError(
+            f"norms_by_layer needs a (depths, tokens) array, got shape {v.shape}: pass "
+            "inspect_stack.residual_norms(out.hidden_states, attention_mask)."
+        )
+    depths = v.shape[0]
+    ax = _new_axes(ax, figsize=(6.0, 3.6))
+    ax.boxplot(
+        list(v), positions=range(depths), widths=0.5, patch_artist=True,
+        medianprops={"color": COLORS["reference"], "linewidth": 1.2},
+        boxprops={"facecolor": "#DCE9F5", "edgecolor": COLORS["encoder"]},
+        whiskerprops={"color": COLORS["encoder"]}, capprops={"color": COLORS["encoder"]},
+        flierprops={"marker": ".", "markersize": 3, "markeredgecolor": "#999999"},
+    )
+    # colours without a role of their own: [CLS] in sky blue, [SEP] in grey, as in §6's figures
+    colors = iter([_EXTRA_COLORS[0], _EXTRA_COLORS[3], _EXTRA_COLORS[2], _EXTRA_COLORS[1]])
+    markers = iter(["D", "^", "v", "P"])
+    for name, values in (marks or {}).items():
+        values = _as_array(values)
+        if values.shape != (depths,):
+            raise ValueError(
+                f"marks[{name!r}] needs one value per depth, shape ({depths},), got {values.shape}."
+            )
+        ax.plot(range(depths), values, linestyle="-", linewidth=1.0, marker=next(markers),
+                markersize=5, color=next(colors), label=name)
+    ax.set_xticks(range(depths), labels=["$H^{(0)}$"] + [str(l) for l in range(1, depths)])
+    ax.set_xlabel("depth: embeddings, then after block l")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(axis="y")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    if marks:
+        ax.legend(loc="lower right")
+    return ax
+
+
+def _plain_log_labels(ax) -> None:
+    """Log-scale y labels as plain numbers (0.2, not 2 x 10^-1); on short ranges some minor
+    ticks are labelled too: 2, 3, 4, 5, 6, 8 x 10^k within one decade, 2, 3, 5 within 1.5."""
+
+    def major(v, _):
+        return f"{v:g}"
+
+    def minor(v, _):
+        low, high = ax.get_ylim()
+        if v <= 0 or low <= 0 or high / low > 10**1.5:
+            return ""
+        leading = round(v / 10 ** np.floor(np.log10(v)))
+        shown = (2, 3, 4, 5, 6, 8) if high / low <= 10 else (2, 3, 5)
+        return f"{v:g}" if leading in shown else ""
+
+    ax.yaxis.set_major_formatter(mpl.ticker.FuncFormatter(major))
+    ax.yaxis.set_minor_formatter(mpl.ticker.FuncFormatter(minor))
+
+
+def depth_curves(
+    series: Mapping[str, Sequence[float]],
+    x=None,
+    ax=None,
+    xlabel: str = "layer l",
+    ylabel: str = "",
+    styles: Mapping[str, dict] | None = None,
+    hlines: Mapping[str, float] | None = None,
+    title: str | None = None,
+    logx: bool = False,
+    logy: bool = False,
+    legend: str | None = "best",
+):
+    """Measured values by depth (or by number of layers), one line with markers per series.
+
+    (Lesson 4, §6–§7.) A series whose name says "theory", "ideal" or "formula" is drawn dotted
+    black without markers, as the figure key asks; ``styles`` overrides keyword arguments per
+    series; ``hlines`` draws dotted reference levels. ``x`` defaults to 1, 2, ... Returns the Axes.
+    """
+    if not series:
+        raise ValueError("depth_curves() needs at least one series, got none.")
+    ax = _new_axes(ax, figsize=(5.4, 3.4))
+    extra = iter(_EXTRA_COLORS * 4)
+    for name, values in series.items():
+        values = _as_array(values)
+        xs = np.arange(1, len(values) + 1) if x is None else _as_array(x)
+        if xs.shape != values.shape:
+            raise ValueError(
+                f"series {name!r} has {values.shape[0]} values but x has {xs.shape[0]}."
+            )
+        kwargs = style(name)
+        if role_of(name) != "theory":
+            kwargs = {"color": next(extra), "linestyle": "-", **kwargs}
+            kwargs.update(marker=MARKERS["measured"], markersize=5)
+        kwargs.update((styles or {}).get(name, {}))
+        ax.plot(xs, values, label=name, **kwargs)
+    for name, level in (hlines or {}).items():
+        ax.axhline(level, color=COLORS["reference"], linestyle=LINESTYLES["theory"],
+                   linewidth=1.2, label=name)
+    if logx:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_locator(mpl.ticker.NullLocator())
+    if x is not None:
+        ax.set_xticks(_as_array(x))
+    else:
+        ax.xaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
+    if logy:
+        ax.set_yscale("log")
+        _plain_log_labels(ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    if legend:
+        ax.legend(loc=legend)
+    return ax

@@ -801,3 +801,81 @@ def _to_tensors(encoding: BatchEncoding) -> BatchEncoding:
 def _short_repr(value, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- Lesson 2 ---------------------------------------------------------------
+# The pre-tokenizer one step at a time, and what the vocabulary holds.
+
+__all__ += ["basic_tokenize_steps", "vocabulary_stats"]
+
+
+def basic_tokenize_steps(text: str) -> list[tuple[str, str | list[str]]]:
+    """The pre-tokenizer one step at a time: ``[(step name, result), ...]`` (Lesson 2, §1).
+
+    The steps of :func:`basic_tokenize`, in its order: ``clean_text``,
+    ``space_out_cjk``, ``strip_accents`` and ``lowercase`` (each result a str),
+    then ``split_on_whitespace`` and ``split_on_punctuation`` (each a list of
+    words). The last result always equals ``basic_tokenize(text)``.
+    """
+    _check_text(text, "text")
+    steps: list[tuple[str, str | list[str]]] = []
+    for step in (clean_text, space_out_cjk, strip_accents, lowercase):  # normalize(), unrolled
+        text = step(text)
+        steps.append((step.__name__, text))
+    words = split_on_whitespace(text)
+    steps.append(("split_on_whitespace", words))
+    pieces = [piece for word in words for piece in split_on_punctuation(word)]
+    steps.append(("split_on_punctuation", pieces))
+    return steps
+
+
+def vocabulary_stats(vocab) -> dict:
+    """What a WordPiece vocabulary holds, counted (Lesson 2, §3).
+
+    ``vocab`` is a :class:`WordPieceTokenizer` or its list of tokens (token i
+    has id i). The entries fall into four groups that add up to ``size``:
+    ``special`` (the five special tokens, as a dict token -> id), ``unused``
+    (the ``[unused…]`` placeholder slots), ``continuation`` (pieces starting
+    with ``##``, which may only continue a word) and ``word_start`` (all the
+    others, which may begin one). Also counted: ``single_characters``
+    (word-start entries of one character), ``single_continuations`` (``##``
+    plus one character), ``alphabet_closed`` (True when every single
+    character also exists as a ``##`` continuation, so any word spelled in
+    those characters can be split), ``cjk_characters``, ``non_ascii``,
+    ``has_upper_case`` and ``has_accents`` (entries that lower-casing or
+    accent stripping would change, specials excepted), and the longest
+    entry of each kind.
+    """
+    tokens = getattr(vocab, "ids_to_tokens", vocab)
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (list, tuple)):
+        raise ValueError(
+            "vocabulary_stats() expects a WordPieceTokenizer or its list of tokens (token i has "
+            f"id i), got {type(vocab).__name__} ({_short_repr(vocab)}). Pass the tokenizer, or "
+            "read_vocab_file(path) for a vocab.txt."
+        )
+    _check_all_str(tokens, "the vocabulary")
+    ids = {token: i for i, token in enumerate(tokens)}
+    special = {token: ids[token] for token in SPECIAL_TOKENS if token in ids}
+    unused = [t for t in tokens if re.fullmatch(r"\[unused\d+\]", t)]
+    continuation = [t for t in tokens if t.startswith(CONTINUATION) and len(t) > len(CONTINUATION)]
+    excluded = set(special) | set(unused) | set(continuation)
+    word_start = [t for t in tokens if t not in excluded]
+    singles = {t for t in word_start if len(t) == 1}
+    single_continuations = {t[len(CONTINUATION):] for t in continuation if len(t) == 3}
+    ordinary = word_start + continuation
+    return {
+        "size": len(tokens),
+        "special": special,
+        "unused": len(unused),
+        "continuation": len(continuation),
+        "word_start": len(word_start),
+        "single_characters": len(singles),
+        "single_continuations": len(single_continuations),
+        "alphabet_closed": singles <= single_continuations,
+        "cjk_characters": sum(is_cjk(t) for t in singles),
+        "non_ascii": sum(not t.isascii() for t in ordinary),
+        "has_upper_case": sum(lowercase(t) != t for t in ordinary),
+        "has_accents": sum(strip_accents(t) != t for t in ordinary),
+        "longest_word_start": max(word_start, key=len, default=""),
+        "longest_continuation": max(continuation, key=len, default=""),
+    }
