@@ -129,7 +129,9 @@ class EncoderModel(nn.Module):
                 f"attention_mask must have the shape of input_ids {(b, n)}, "
                 f"got {tuple(attention_mask.shape)}."
             )
-        parts = [masks.padding(attention_mask)] if attention_mask is not None else []
+        parts = []
+        if attention_mask is not None and not bool(attention_mask.all()):
+            parts.append(masks.padding(attention_mask))  # a batch with no [PAD] needs no mask
         if mask is not None:
             masks.check_mask(mask, (b, self.config.n_heads, n, n))
             parts.append(mask.to(h.device))

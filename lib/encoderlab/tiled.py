@@ -91,17 +91,17 @@ def _tile_any_all(m: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch
     """Per tile of a (n_q, n_kv) boolean matrix: is any entry True, are all entries True?"""
     n_q, n_kv = m.shape
     t_q, t_kv = _n_tiles(n_q, block_size), _n_tiles(n_kv, block_size)
-    # Pad to whole tiles. Padded entries are not real positions: False for "any",
-    # True for "all", so that they change neither answer.
-    for_any = m.new_zeros(t_q * block_size, t_kv * block_size)  # (T_q * bs, T_kv * bs)
-    for_all = m.new_ones(t_q * block_size, t_kv * block_size)  # (T_q * bs, T_kv * bs)
-    for_any[:n_q, :n_kv] = m
-    for_all[:n_q, :n_kv] = m
+    if (n_q, n_kv) != (t_q * block_size, t_kv * block_size):
+        # Pad to whole tiles with False: padded entries are not real positions.
+        padded = m.new_zeros(t_q * block_size, t_kv * block_size)  # (T_q * bs, T_kv * bs)
+        padded[:n_q, :n_kv] = m
+        m = padded
     # Axes: tile row, row within the tile, tile column, column within the tile.
-    shape = (t_q, block_size, t_kv, block_size)
-    tile_any = for_any.view(shape).any(dim=3).any(dim=1)  # (T_q, T_kv)
-    tile_all = for_all.view(shape).all(dim=3).all(dim=1)  # (T_q, T_kv)
-    return tile_any, tile_all
+    # Counting the True entries of each tile answers both questions in one pass.
+    count = m.reshape(t_q, block_size, t_kv, block_size).sum(dim=(1, 3), dtype=torch.int32)
+    rows = (n_q - torch.arange(t_q) * block_size).clamp(max=block_size)  # real rows per tile
+    cols = (n_kv - torch.arange(t_kv) * block_size).clamp(max=block_size)  # real columns
+    return count > 0, count == rows[:, None] * cols[None, :]  # (T_q, T_kv) each
 
 
 def _causal_tiles(n_q: int, n_kv: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,13 +161,17 @@ def classify_tiles(
             some, every = mask.any(dim=lead), mask.all(dim=lead)  # (n_q or 1, n_kv or 1)
         else:
             some = every = mask.reshape((1,) * (2 - mask.dim()) + tuple(mask.shape))  # (., .)
+        one_mask = some is every  # no batch or head dims: one pass answers both questions
         some = some.expand(n_q, n_kv)  # (n_q, n_kv)
-        every = every.expand(n_q, n_kv)  # (n_q, n_kv)
+        every = some if one_mask else every.expand(n_q, n_kv)  # (n_q, n_kv)
         if causal:
             lower = torch.ones(n_q, n_kv, dtype=torch.bool).tril()  # (n_q, n_kv), top-left
             some, every = some & lower, every & lower
-        live, _ = _tile_any_all(some, block_size)  # (T_q, T_kv)
-        _, full = _tile_any_all(every, block_size)  # (T_q, T_kv)
+        if one_mask:
+            live, full = _tile_any_all(some, block_size)  # (T_q, T_kv) each
+        else:
+            live, _ = _tile_any_all(some, block_size)  # (T_q, T_kv)
+            _, full = _tile_any_all(every, block_size)  # (T_q, T_kv)
     states = torch.full(live.shape, SKIP, dtype=torch.int8)  # (T_q, T_kv)
     states[live] = PARTIAL
     states[live & full] = FULL
