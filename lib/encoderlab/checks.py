@@ -1263,3 +1263,166 @@ def check_layer_norm(fn: Callable) -> bool:
         f"{difference:.3g} on {_describe_layer_norm(*cases[i])}; compare it step by step with "
         "torch.nn.functional.layer_norm(x, (d,), gain, bias, eps)."
     )
+
+
+# --- Lesson 9 ---
+# A checker for Lesson 9's exercise: the online softmax, accumulated over chunks of keys (§2).
+
+__all__ += ["check_online_softmax"]
+
+
+def _online_variant(s, v, chunk_size, *, rescale=True, sign=1.0, track_max=True,
+                    per_chunk=False):
+    """softmax(s) v accumulated chunk by chunk, with one of the usual slips switched on."""
+    s, v = s.float(), v.float()  # float32, as the learner's tensors: exp overflows above ~88
+    n_kv = s.shape[-1]
+    chunks = range(0, n_kv, chunk_size)
+    if per_chunk:  # each chunk normalised on its own, then the chunk outputs averaged
+        parts = [torch.softmax(s[..., c:c + chunk_size], dim=-1) @ v[..., c:c + chunk_size, :]
+                 for c in chunks]
+        return sum(parts) / len(parts)
+    m = s.new_full((*s.shape[:-1], 1), float("-inf") if track_max else 0.0)  # (..., n_q, 1)
+    l_sum = s.new_zeros((*s.shape[:-1], 1))  # (..., n_q, 1)
+    acc = s.new_zeros((*s.shape[:-1], v.shape[-1]))  # (..., n_q, d_v)
+    for c in chunks:
+        tile = s[..., c:c + chunk_size]  # (..., n_q, chunk)
+        m_new = torch.maximum(m, tile.amax(dim=-1, keepdim=True)) if track_max else m
+        p = torch.exp(tile - m_new)  # (..., n_q, chunk)
+        alpha = torch.exp(sign * (m - m_new)) if rescale else torch.ones_like(m)
+        l_sum = l_sum * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ v[..., c:c + chunk_size, :]
+        m = m_new
+    return acc / l_sum
+
+
+_ONLINE_MISTAKES = [
+    ("your running sums are not rescaled when the max grows: multiply the old denominator l and "
+     "the old numerator by exp(m_old - m_new) before adding the new chunk, or the terms summed "
+     "earlier stay measured against an old max.",
+     partial(_online_variant, rescale=False)),
+    ("you rescale by exp(m_new - m_old), the wrong sign: the old sums were computed with "
+     "exp(s - m_old) and must become exp(s - m_new), so multiply them by exp(m_old - m_new) <= 1.",
+     partial(_online_variant, sign=-1.0)),
+    ("you normalise each chunk on its own and combine the chunk outputs: a chunk's softmax "
+     "ignores the other chunks' scores; carry the running max m and denominator l across "
+     "chunks and divide once, at the end.",
+     partial(_online_variant, per_chunk=True)),
+    ("you do not subtract a running max: exp(s) overflows to inf for scores above ~88 in "
+     "float32 and the output becomes NaN; keep m = max of the scores seen so far and "
+     "exponentiate s - m.",
+     partial(_online_variant, track_max=False)),
+]
+
+
+def _online_cases() -> list[tuple]:
+    g = torch.Generator().manual_seed(9)
+    cases = []
+    # (n_q, n_kv, d_v, chunk, score scale): a readable case, a chunk that does not divide n_kv,
+    # growing maxima, one chunk only, and large scores that overflow exp without the max.
+    for n_q, n_kv, d_v, chunk, scale in [(3, 8, 2, 4, 1.0), (4, 10, 3, 3, 3.0),
+                                         (2, 12, 4, 2, 5.0), (5, 6, 3, 8, 1.0),
+                                         (3, 9, 2, 4, 100.0)]:
+        s = torch.randn(n_q, n_kv, generator=g) * scale
+        if scale == 3.0:
+            s = s + torch.arange(n_kv) * 0.7  # later chunks hold larger scores: the max grows
+        v = torch.randn(n_kv, d_v, generator=g)
+        cases.append((s, v, chunk))
+    return cases
+
+
+def _describe_online(s, v, chunk_size) -> str:
+    return f"scores {tuple(s.shape)}, values {tuple(v.shape)}, chunk_size={chunk_size}"
+
+
+def check_online_softmax(fn: Callable) -> bool:
+    """Check ``fn(s, v, chunk_size)`` = softmax(s) v, accumulated over chunks of keys
+    (Lesson 9, §2). ``s`` is (n_q, n_kv) scores, ``v`` is (n_kv, d_v) values."""
+    _check_callable(fn)
+    cases = _online_cases()
+    outputs = []
+    for s, v, chunk in cases:
+        case = _describe_online(s, v, chunk)
+        out = _as_tensor(_call(fn, (s.clone(), v.clone(), chunk), case),
+                         "the (n_q, d_v) output")
+        if tuple(out.shape) != (s.shape[0], v.shape[1]):
+            raise CheckFailed(f"your output has shape {tuple(out.shape)} on {case}; expected "
+                              f"(n_q, d_v) = {(s.shape[0], v.shape[1])}.")
+        outputs.append(out.double())
+    references = [(torch.softmax(s.double(), dim=-1) @ v.double()) for s, v, _ in cases]
+    wrong = [i for i, (out, ref) in enumerate(zip(outputs, references, strict=True))
+             if not _close(out, ref)]
+    if not wrong:
+        return _success("online softmax", fn, len(cases))
+    message = _diagnose(outputs, cases, _ONLINE_MISTAKES, _close, wrong)
+    if message:
+        raise CheckFailed(message)
+    if any(not torch.isfinite(outputs[i]).all() for i in wrong):
+        raise CheckFailed(
+            f"your output has inf or NaN on {_describe_online(*cases[wrong[0]])}: subtract the "
+            "running max before exponentiating, and divide by l only once, at the end."
+        )
+    i = wrong[0]
+    difference = (outputs[i] - references[i]).abs().max().item()
+    raise CheckFailed(
+        f"your output differs from softmax(s) v by up to {difference:.3g} on "
+        f"{_describe_online(*cases[i])}; print m, l and the output after each chunk and compare "
+        "them with the dense softmax of the keys seen so far."
+    )
+
+
+# --- Lesson 10 ---
+# The checker for Lesson 10's prefix-LM exercise: bidirectional over the prefix, causal after.
+
+__all__ += ["check_prefix_lm_mask"]
+
+
+def _prefix_rows_see_all(n: int, p: int) -> torch.Tensor:
+    m = masks.prefix_lm(n, p)
+    m[:p, :] = True  # the prefix's queries also read the target positions
+    return m
+
+
+_PREFIX_LM_MISTAKES = [
+    ("your mask is causal inside the prefix too: the prefix is the input, fully known, so its "
+     "positions attend to each other in both directions (set every column j < prefix_len to True).",
+     lambda n, p: masks.causal(n)),
+    ("your mask lets every query see every key: after the prefix the model is writing, and a "
+     "position there must not see the positions after it (keep j <= i for i >= prefix_len).",
+     lambda n, p: torch.ones(n, n, dtype=torch.bool)),
+    ("your prefix is one position too long: exactly the first prefix_len columns are visible to "
+     "everyone (columns 0 .. prefix_len - 1), not prefix_len + 1 of them.",
+     lambda n, p: masks.prefix_lm(n, min(p + 1, n))),
+    ("your prefix is one position too short: the first prefix_len columns (0 .. prefix_len - 1) "
+     "are all visible to everyone, the last of them included.",
+     lambda n, p: masks.prefix_lm(n, max(p - 1, 0))),
+    ("your prefix queries see the positions after the prefix: the input must not read the answer "
+     "being written, so rows i < prefix_len see only the prefix columns.",
+     _prefix_rows_see_all),
+]
+
+
+def check_prefix_lm_mask(fn: Callable) -> bool:
+    """Check ``fn(n, prefix_len)`` returns the (n, n) boolean prefix-LM mask (Lesson 10, §3)."""
+    _check_callable(fn)
+    cases = [(6, 3), (8, 5), (5, 1), (7, 6), (9, 4), (4, 0), (4, 4), (1, 1)]
+    outputs = []
+    for n, p in cases:
+        case = f"n = {n}, prefix_len = {p}"
+        m = _as_tensor(_call(fn, (n, p), case), "a boolean tensor of shape (n, n)").cpu()
+        outputs.append(m)
+    _check_bool_masks(outputs)
+    for m, (n, p) in zip(outputs, cases, strict=True):
+        if tuple(m.shape) != (n, n):
+            raise CheckFailed(
+                f"your mask has shape {tuple(m.shape)} for n = {n}, prefix_len = {p}; the "
+                f"prefix-LM mask is one sequence attending to itself: (n, n) = {(n, n)}."
+            )
+    wrong = [i for i, (m, (n, p)) in enumerate(zip(outputs, cases, strict=True))
+             if not torch.equal(m, masks.prefix_lm(n, p))]
+    if not wrong:
+        return _success("prefix-LM mask", fn, len(cases))
+    message = _diagnose(outputs, cases, _PREFIX_LM_MISTAKES, torch.equal, wrong)
+    n, p = cases[wrong[0]]
+    raise CheckFailed(message or _mask_difference(
+        outputs[wrong[0]], masks.prefix_lm(n, p), f"n = {n}, prefix_len = {p}"
+    ))

@@ -1489,3 +1489,42 @@ def depth_curves(
     if legend:
         ax.legend(loc=legend)
     return ax
+
+
+# --- Lesson 9 ---
+# Tile plans of masks (Lesson 9, Figure 2): the mask's cells with the tile boundaries of a tiled
+# attention kernel drawn over them, and the tiles it computes outlined.
+
+__all__ += ["tile_grid"]
+
+
+def tile_grid(mask, block_size: int, ax=None, title: str | None = None, role: str = "encoder"):
+    """A (n, n) boolean mask drawn as :func:`mask_grid`, with the tiles of ``block_size`` over it
+    (Lesson 9, §3–4). Computed tiles get a dark outline, skipped ones (every cell masked) a thin
+    grey one; the title ends with "k/T² tiles". Returns the Axes.
+    """
+    import torch
+
+    from .tiled import SKIP, classify_tiles
+
+    m = torch.as_tensor(_as_array(mask, dtype=bool))
+    m = _squeeze_to_2d(m.numpy(), "tile_grid")
+    n_q, n_kv = m.shape
+    states = classify_tiles(n_q, n_kv, block_size, torch.as_tensor(m)).numpy()  # (T_q, T_kv)
+    ax = mask_grid(m, ax=ax, role=role, annotate=False, legend=False)
+    computed = []
+    for ti in range(states.shape[0]):
+        for tj in range(states.shape[1]):
+            h = min(block_size, n_q - ti * block_size)
+            w = min(block_size, n_kv - tj * block_size)
+            corner = (tj * block_size - 0.5, ti * block_size - 0.5)
+            if states[ti, tj] == SKIP:
+                ax.add_patch(Rectangle(corner, w, h, fill=False, edgecolor="#9A9A9A",
+                                       linewidth=0.5, zorder=3))
+            else:
+                computed.append(Rectangle(corner, w, h))
+    ax.add_collection(PatchCollection(computed, facecolor="none", edgecolor="#222222",
+                                      linewidth=1.0, zorder=3.5))
+    label = f"{len(computed)}/{states.size} tiles"
+    ax.set_title(f"{title}\n{label}" if title else label)
+    return ax

@@ -1,0 +1,174 @@
+"""Lesson 9's additions: packing, rotary positions and the online-softmax checker."""
+
+import math
+from functools import partial
+
+import pytest
+import torch
+
+from encoderlab import checks, masks, packing, rotary
+from encoderlab.attention import scaled_dot_product_attention
+
+# --- packing -------------------------------------------------------------------------------------
+
+
+def test_pack_lengths_places_every_sequence_once_without_overflow():
+    lengths = [5, 3, 8, 2, 7, 1, 4]
+    p = packing.pack_lengths(lengths, 8)
+    placed = sorted(i for row in p.rows for i in row)
+    assert placed == list(range(len(lengths)))
+    for row in p.rows:
+        assert sum(lengths[i] for i in row) <= 8
+    for i, n in enumerate(lengths):
+        r, o = p.starts[i]
+        assert (p.doc_ids[r, o : o + n] == i).all()
+    assert int((p.doc_ids >= 0).sum()) == sum(lengths)
+    assert p.n_rows == 4  # 30 tokens need at least 4 rows of 8
+    assert p.padding_fraction == pytest.approx(1 - 30 / 32)
+
+
+def test_padding_fractions():
+    assert packing.padding_fraction([2, 2], 8) == pytest.approx(0.5)
+    # two batches of two: [4, 2] -> 8 positions, [1] -> 1 position; 7 tokens of 9
+    assert packing.padded_batch_fraction([4, 2, 1], 2) == pytest.approx(2 / 9)
+
+
+@pytest.mark.parametrize("use_tiled", [False, True])
+def test_packed_attention_equals_each_sequence_alone(use_tiled):
+    g = torch.Generator().manual_seed(0)
+    lengths = [5, 9, 3, 12, 7, 1]
+    p = packing.pack_lengths(lengths, 16)
+    seqs = [torch.randn(2, n, 8, generator=g) for n in lengths]  # (h, n_i, d)
+    packed = packing.pack_sequences([x.transpose(0, 1) for x in seqs], p)  # (R, n, h, d)
+    q = packed.transpose(1, 2)  # (R, h, n, d)
+    outs = packing.packed_attention(q, q, q, p, tiled=use_tiled, block_size=4)
+    for out, x in zip(outs, seqs, strict=True):
+        alone, _ = scaled_dot_product_attention(x, x, x)
+        assert out.shape == alone.shape
+        assert (out - alone).abs().max() <= 1e-5
+
+
+def test_packed_attention_differs_without_the_document_mask():
+    g = torch.Generator().manual_seed(1)
+    p = packing.pack_lengths([4, 4], 8)
+    q = torch.randn(1, 1, 8, 4, generator=g)
+    with_mask = packing.packed_attention(q, q, q, p)
+    plain, _ = scaled_dot_product_attention(q, q, q, masks.bidirectional(8))
+    assert p.starts[0] == (0, 0)  # sequence 0 opens row 0
+    assert not torch.allclose(plain[0, :, :4], with_mask[0], atol=1e-4)  # it saw sequence 1
+
+
+def test_unpack_inverts_pack():
+    p = packing.pack_lengths([3, 1, 2], 4)
+    seqs = [torch.arange(n * 2.0).reshape(n, 2) + 10 * i for i, n in enumerate([3, 1, 2])]
+    back = packing.unpack(packing.pack_sequences(seqs, p), p)
+    for a, b in zip(seqs, back, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_packing_errors_say_what_to_do():
+    with pytest.raises(ValueError, match=r"in \[1, capacity=4\].*Truncate or split"):
+        packing.pack_lengths([3, 5], 4)
+    with pytest.raises(ValueError, match="capacity must be a positive int"):
+        packing.pack_lengths([3], 0)
+    with pytest.raises(ValueError, match="at least one sequence length"):
+        packing.pack_lengths([], 4)
+    with pytest.raises(ValueError, match="at least the number of tokens"):
+        packing.padding_fraction([3, 3], 5)
+    p = packing.pack_lengths([2], 4)
+    with pytest.raises(ValueError, match="the packing expects 2"):
+        packing.pack_sequences([torch.zeros(3, 1)], p)
+
+
+# --- rotary --------------------------------------------------------------------------------------
+
+
+def test_rotary_scores_depend_only_on_the_offset():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 16, generator=g), torch.randn(1, 16, generator=g)
+    scores = {}
+    for p_q, p_k in [(0, 3), (10, 13), (500, 503), (4000, 4003), (7, 2), (1007, 1002)]:
+        q_r, k_r = rotary.apply_rotary(q, k, torch.tensor([p_q]), torch.tensor([p_k]))
+        scores[(p_q, p_k)] = float(q_r @ k_r.T)
+    assert max(abs(scores[(0, 3)] - scores[p]) for p in [(10, 13), (500, 503), (4000, 4003)]) < 1e-4
+    assert abs(scores[(7, 2)] - scores[(1007, 1002)]) < 1e-4
+    assert abs(scores[(0, 3)] - scores[(7, 2)]) > 1e-3  # a different offset, a different score
+
+
+def test_rotary_keeps_norms_and_position_zero():
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 5, 8, generator=g)
+    q_r, k_r = rotary.apply_rotary(q, q, torch.arange(5))
+    assert torch.allclose(q_r.norm(dim=-1), q.norm(dim=-1), atol=1e-5)
+    assert torch.equal(q_r[:, 0], q[:, 0])  # position 0: rotation by angle 0
+
+
+def test_rotary_errors():
+    with pytest.raises(ValueError, match="positive even int"):
+        rotary.apply_rotary(torch.zeros(3, 5), torch.zeros(3, 5), torch.arange(3))
+    with pytest.raises(ValueError, match="one position per row"):
+        rotary.apply_rotary(torch.zeros(3, 4), torch.zeros(3, 4), torch.arange(2))
+    with pytest.raises(ValueError, match="share their last dimension"):
+        rotary.apply_rotary(torch.zeros(3, 4), torch.zeros(3, 6), torch.arange(3))
+
+
+# --- the online-softmax checker ------------------------------------------------------------------
+
+
+def _reference_online(s, v, chunk_size):
+    m = torch.full((s.shape[0], 1), -math.inf)
+    l_sum = torch.zeros(s.shape[0], 1)
+    acc = torch.zeros(s.shape[0], v.shape[1])
+    for c in range(0, s.shape[1], chunk_size):
+        tile = s[:, c : c + chunk_size]
+        m_new = torch.maximum(m, tile.amax(dim=-1, keepdim=True))
+        p = torch.exp(tile - m_new)
+        alpha = torch.exp(m - m_new)
+        l_sum = l_sum * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ v[c : c + chunk_size]
+        m = m_new
+    return acc / l_sum
+
+
+def test_check_online_softmax_accepts_the_reference(capsys):
+    assert checks.check_online_softmax(_reference_online)
+    assert "correct on 5 cases" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("mistake", "message"),
+    [
+        ({"rescale": False}, "not rescaled when the max grows"),
+        ({"sign": -1.0}, "the wrong sign"),
+        ({"per_chunk": True}, "normalise each chunk on its own"),
+        ({"track_max": False}, "do not subtract a running max"),
+    ],
+)
+def test_check_online_softmax_names_the_mistake(mistake, message):
+    wrong = partial(checks._online_variant, **mistake)
+    with pytest.raises(checks.CheckFailed, match=message):
+        checks.check_online_softmax(wrong)
+
+
+def test_check_online_softmax_reports_shape_and_errors():
+    with pytest.raises(checks.CheckFailed, match="expected \\(n_q, d_v\\)"):
+        checks.check_online_softmax(lambda s, v, c: (s @ v).T)
+    with pytest.raises(checks.CheckFailed, match="raised NotImplementedError"):
+        checks.check_online_softmax(lambda s, v, c: (_ for _ in ()).throw(NotImplementedError()))
+    with pytest.raises(checks.CheckFailed, match="differs from softmax"):
+        checks.check_online_softmax(lambda s, v, c: torch.softmax(s, -1) @ v + 0.1)
+
+
+# --- the tile plot -------------------------------------------------------------------------------
+
+
+def test_tile_grid_outlines_the_computed_tiles():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from encoderlab import plotting
+
+    ax = plotting.tile_grid(masks.causal(64), 16, title="causal")
+    assert ax.get_title() == "causal\n10/16 tiles"
+    ax = plotting.tile_grid(masks.sliding_window(64, 8), 16)
+    assert ax.get_title() == "10/16 tiles"
