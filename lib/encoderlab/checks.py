@@ -27,6 +27,14 @@ class CheckFailed(AssertionError):
     """A checker found a mistake; the message says what is wrong and how to fix it."""
 
 
+def _differs(noun, formula, output, reference, where, hint) -> CheckFailed:
+    """The last-resort message: no known mistake fits, so say by how much and where."""
+    difference = (output - reference).abs().max().item()
+    return CheckFailed(
+        f"your {noun} differs from {formula} by up to {difference:.3g} on {where}; {hint}"
+    )
+
+
 # --- Shared helpers ----------------------------------------------------------------------------
 
 
@@ -272,11 +280,10 @@ def check_attention(fn: Callable) -> bool:
             "mask is True, set them to -inf where it is False, before the softmax "
             f"(first wrong on {_describe_attention(*cases[wrong[0]])})."
         )
-    difference = (without_nan[wrong[0]] - references[wrong[0]]).abs().max().item()
-    raise CheckFailed(
-        f"your output differs from softmax(q kᵀ / sqrt(d_k) + M) v by up to {difference:.3g} "
-        f"on {_describe_attention(*cases[wrong[0]])}; compare it step by step with "
-        "encoderlab.attention.scaled_dot_product_attention."
+    raise _differs(
+        "output", "softmax(q kᵀ / sqrt(d_k) + M) v", without_nan[wrong[0]], references[wrong[0]],
+        _describe_attention(*cases[wrong[0]]),
+        "compare it step by step with encoderlab.attention.scaled_dot_product_attention.",
     )
 
 
@@ -505,11 +512,10 @@ def check_cosine_similarity(fn: Callable) -> bool:
     if message:
         raise CheckFailed(message)
     i = wrong[0]
-    difference = (outputs[i] - references[i]).abs().max().item()
-    raise CheckFailed(
-        f"your matrix differs from cos(x_i, x_j) = x_i·x_j / (|x_i| |x_j|) by up to "
-        f"{difference:.3g} on x of shape {tuple(cases[i][0].shape)}; compare it with "
-        "encoderlab.probes.cosine_similarity_matrix."
+    raise _differs(
+        "matrix", "cos(x_i, x_j) = x_i·x_j / (|x_i| |x_j|)", outputs[i], references[i],
+        f"x of shape {tuple(cases[i][0].shape)}",
+        "compare it with encoderlab.probes.cosine_similarity_matrix.",
     )
 
 
@@ -1257,11 +1263,10 @@ def check_layer_norm(fn: Callable) -> bool:
             "square root."
         )
     i = wrong[0]
-    difference = (outputs[i] - references[i]).abs().max().item()
-    raise CheckFailed(
-        f"your output differs from (x - mean) / sqrt(var + eps) * gain + bias by up to "
-        f"{difference:.3g} on {_describe_layer_norm(*cases[i])}; compare it step by step with "
-        "torch.nn.functional.layer_norm(x, (d,), gain, bias, eps)."
+    raise _differs(
+        "output", "(x - mean) / sqrt(var + eps) * gain + bias", outputs[i], references[i],
+        _describe_layer_norm(*cases[i]),
+        "compare it step by step with torch.nn.functional.layer_norm(x, (d,), gain, bias, eps).",
     )
 
 
@@ -1362,11 +1367,10 @@ def check_online_softmax(fn: Callable) -> bool:
             "running max before exponentiating, and divide by l only once, at the end."
         )
     i = wrong[0]
-    difference = (outputs[i] - references[i]).abs().max().item()
-    raise CheckFailed(
-        f"your output differs from softmax(s) v by up to {difference:.3g} on "
-        f"{_describe_online(*cases[i])}; print m, l and the output after each chunk and compare "
-        "them with the dense softmax of the keys seen so far."
+    raise _differs(
+        "output", "softmax(s) v", outputs[i], references[i], _describe_online(*cases[i]),
+        "print m, l and the output after each chunk and compare them with the dense softmax "
+        "of the keys seen so far.",
     )
 
 
