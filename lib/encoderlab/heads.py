@@ -82,3 +82,55 @@ class TinyLM(nn.Module):
             f"TinyLM({kind}: V={c.vocab_size}, d={c.d_model}, h={c.n_heads}, L={c.n_layers}, "
             f"n_max={c.n_max}, {n_params:,} parameters)"
         )
+
+
+# --- Lessons 7-8 ---
+# One vector per sequence from the encoder's token vectors.
+
+__all__ += ["pool", "POOLINGS"]
+
+POOLINGS = ("cls", "mean", "max")
+
+
+def pool(
+    hidden: torch.Tensor,  # (b, n, d): the encoder's last hidden state
+    attention_mask: torch.Tensor,  # (b, n): 1 = real token, 0 = [PAD]
+    how: str = "mean",
+) -> torch.Tensor:
+    """One vector per sequence, (b, d): the [CLS] vector, or the mean / max over real tokens.
+
+    (Lesson 8, §1.) Padding is never counted: it is left out of the mean's sum and
+    count, and it can never be the max. ``cls`` takes position 0 as it is.
+    """
+    if how not in POOLINGS:
+        raise ValueError(f"how must be one of {POOLINGS}, got {how!r}.")
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3:
+        got = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+        raise ValueError(
+            f"hidden must have shape (batch, n, d), got {got}. Pass the encoder's "
+            "last_hidden_state."
+        )
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != hidden.shape[:2]:
+        got = (
+            tuple(attention_mask.shape)
+            if isinstance(attention_mask, torch.Tensor)
+            else type(attention_mask).__name__
+        )
+        raise ValueError(
+            f"attention_mask must have shape (batch, n) = {tuple(hidden.shape[:2])}, got {got}."
+        )
+    real = attention_mask.to(torch.bool)  # (b, n)
+    empty = ~real.any(dim=1)
+    if empty.any():
+        rows = empty.nonzero().squeeze(1).tolist()
+        raise ValueError(
+            f"rows {rows} of attention_mask have no real token: there is nothing to pool. "
+            "Drop empty sequences before pooling."
+        )
+    if how == "cls":
+        return hidden[:, 0]  # (b, d)
+    if how == "mean":
+        weights = real.unsqueeze(-1).to(hidden.dtype)  # (b, n, 1)
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1)  # (b, d)
+    hidden = hidden.masked_fill(~real.unsqueeze(-1), float("-inf"))  # padding can't win
+    return hidden.max(dim=1).values  # (b, d)

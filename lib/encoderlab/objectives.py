@@ -209,3 +209,111 @@ def objective_view(
             "Build it with encoderlab.masks, e.g. masks.causal(n)."
         )
     return ObjectiveView(objective, inputs, labels, label_at, mask.clone())
+
+
+# --- Lesson 5 ---
+# The masked-token objective: corrupt the input, score only the corrupted positions.
+
+__all__ += ["mlm_corrupt", "mlm_loss", "BERT_MASK_ID"]  # noqa: F405
+
+BERT_MASK_ID = 103  # [MASK] in BERT's (and MiniLM's) 30,522-token vocabulary
+
+
+def _check_ids_and_mask(input_ids, attention_mask) -> None:
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        got = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids)
+        raise ValueError(f"input_ids must be a (batch, n) tensor of token ids, got {got}.")
+    if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}.")
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
+        got = (
+            tuple(attention_mask.shape)
+            if isinstance(attention_mask, torch.Tensor)
+            else type(attention_mask).__name__
+        )
+        raise ValueError(
+            f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)} "
+            f"(1 = real token, 0 = [PAD]), got {got}."
+        )
+
+
+def mlm_corrupt(
+    input_ids: torch.Tensor,  # (b, n)
+    attention_mask: torch.Tensor,  # (b, n): 1 = real token, 0 = [PAD]
+    special_ids,  # ids never chosen and never drawn as random tokens: [CLS], [SEP], [PAD], ...
+    vocab_size: int,
+    p: float = 0.15,
+    generator: torch.Generator | None = None,
+    *,
+    mask_id: int = BERT_MASK_ID,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's corruption: (inputs, labels) for the masked-token objective (Lesson 5, §1).
+
+    Each real (attention_mask 1), non-special position is chosen independently with
+    probability ``p``. A chosen position becomes ``mask_id`` with probability 0.8, a
+    random ordinary token (never a special one) with probability 0.1, and keeps its
+    token with probability 0.1. ``labels`` (b, n) holds the original token at chosen
+    positions and ``IGNORE_INDEX`` (-100) elsewhere: the loss is taken there only.
+    ``mask_id`` defaults to BERT's [MASK] (103); pass your own for another vocabulary.
+    """
+    _check_ids_and_mask(input_ids, attention_mask)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+        raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}.")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+        raise ValueError(f"p (the fraction of positions to choose) must be in (0, 1], got {p!r}.")
+    special = sorted({int(i) for i in special_ids})
+    if any(not 0 <= i < vocab_size for i in special):
+        raise ValueError(f"special_ids must be ids below vocab_size={vocab_size}, got {special}.")
+    if not 0 <= mask_id < vocab_size:
+        raise ValueError(
+            f"mask_id must be an id below vocab_size={vocab_size}, got {mask_id}. "
+            "Pass mask_id= the [MASK] id of your vocabulary."
+        )
+    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= vocab_size):
+        raise ValueError(
+            f"input_ids must lie in [0, vocab_size={vocab_size}), got ids from "
+            f"{int(input_ids.min())} to {int(input_ids.max())}."
+        )
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[special] = False
+    ordinary_ids = ordinary.nonzero().squeeze(1)  # (V_ordinary,): what a random token may be
+    if len(ordinary_ids) == 0:
+        raise ValueError("every id is special: there is no ordinary token to draw at random.")
+
+    def uniform() -> torch.Tensor:
+        return torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+
+    eligible = (attention_mask != 0) & ~torch.isin(input_ids, torch.tensor(special))  # (b, n)
+    chosen = eligible & (uniform() < p)  # (b, n): the positions that carry loss
+    roll = uniform()  # (b, n): one draw decides [MASK] / random / unchanged
+    to_mask = chosen & (roll < 0.8)
+    to_random = chosen & (roll >= 0.8) & (roll < 0.9)  # the remaining 10 % stay as they are
+    picks = torch.randint(
+        len(ordinary_ids), input_ids.shape, generator=generator, device=input_ids.device
+    )
+    inputs = input_ids.clone()
+    inputs[to_mask] = mask_id
+    inputs[to_random] = ordinary_ids.to(input_ids.device)[picks[to_random]]
+    labels = input_ids.masked_fill(~chosen, IGNORE_INDEX)  # noqa: F405
+    return inputs, labels
+
+
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy at the chosen positions only, in nats (Lesson 5, §1).
+
+    ``logits`` (b, n, V), ``labels`` (b, n) with ``IGNORE_INDEX`` where no loss is
+    taken. A batch in which no position was chosen gives a loss of 0 with a
+    gradient of 0 (no signal), rather than the NaN of a mean over nothing.
+    """
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits must have shape (batch, n, vocab_size), got {got}.")
+    if not isinstance(labels, torch.Tensor) or tuple(labels.shape) != tuple(logits.shape[:2]):
+        got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
+        raise ValueError(
+            f"labels must have shape {tuple(logits.shape[:2])} to match the logits, got {got}."
+        )
+    scored = labels != IGNORE_INDEX  # noqa: F405
+    if not scored.any():
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits[scored], labels[scored])

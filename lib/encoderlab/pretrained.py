@@ -261,3 +261,61 @@ def load_minilm(path: str | os.PathLike | None = None, check_hash: bool = True):
     model.eval()
     tokenizer = WordPieceTokenizer.from_vocab_file(folder / "vocab.txt")
     return tokenizer, model
+
+
+# --- Lesson 8 ---
+# Sentence embeddings as the all-MiniLM-L6-v2 model card computes them.
+
+__all__ += ["sentence_embeddings", "SENTENCE_MAX_LENGTH"]
+
+SENTENCE_MAX_LENGTH = 256  # the checkpoint's sentence_bert_config.json: max_seq_length
+
+
+def sentence_embeddings(
+    tokenizer,
+    model,
+    texts,
+    batch_size: int = 32,
+    max_length: int = SENTENCE_MAX_LENGTH,
+    progress: bool | None = None,
+) -> torch.Tensor:
+    """(len(texts), d): mean-pooled, L2-normalised sentence vectors (Lesson 8, §2).
+
+    Texts are encoded ``batch_size`` at a time, padded to the longest in the batch
+    and cut at ``max_length`` tokens (256 for all-MiniLM-L6-v2, as its sentence
+    pipeline does). The mean is over real tokens only. A progress bar is shown for
+    more than 4 batches unless ``progress`` says otherwise.
+    """
+    from torch.nn import functional as F
+
+    from .heads import pool
+    from .train import tqdm
+
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+        raise ValueError(
+            f"texts must be a list of strings, got {type(texts).__name__}. "
+            "For one sentence, pass [sentence]."
+        )
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("texts must be a non-empty list of strings.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    starts = range(0, len(texts), batch_size)
+    show = len(starts) > 4 if progress is None else progress
+    vectors = []
+    with torch.no_grad():
+        for start in tqdm(starts, disable=not show, desc="embedding", mininterval=0.5):
+            batch = tokenizer(
+                list(texts[start : start + batch_size]),
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+            )
+            hidden = model(
+                batch["input_ids"],
+                token_type_ids=batch["token_type_ids"],
+                attention_mask=batch["attention_mask"],
+            ).last_hidden_state  # (b, n, d)
+            vectors.append(pool(hidden, batch["attention_mask"], how="mean"))  # (b, d)
+    return F.normalize(torch.cat(vectors), dim=-1)  # (len(texts), d), unit length

@@ -1,0 +1,196 @@
+"""The offline corpus, its compact vocabulary, shuffled batches and the artefact command (L5-8)."""
+
+import sys
+import types
+
+import pytest
+import torch
+
+from encoderlab import train as train_module
+from encoderlab.data import (
+    CompactVocab,
+    _prose_paragraphs,
+    python_docs_corpus,
+    python_docs_sentences,
+    shuffled_batches,
+)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return python_docs_corpus()
+
+
+@pytest.fixture(scope="module")
+def vocab(corpus, minilm):
+    tokenizer, _ = minilm
+    return CompactVocab(tokenizer, corpus.train)
+
+
+# --- the corpus ----------------------------------------------------------------------------------
+
+
+def test_corpus_is_deterministic_english_prose(corpus):
+    again = python_docs_corpus()
+    assert again.train == corpus.train and again.fingerprint == corpus.fingerprint
+    assert len(corpus.train) > 2000 and len(corpus.held_out) > 200
+    assert not set(corpus.train) & set(corpus.held_out)  # held out means never trained on
+    for sentence in corpus.train + corpus.held_out:
+        assert 6 <= len(sentence.split()) <= 40
+        assert sentence[0].isupper() and sentence[-1] in ".!?"
+        assert ">>>" not in sentence and "::=" not in sentence and "*" not in sentence
+
+
+def test_held_out_is_every_tenth_sentence():
+    sentences = python_docs_sentences()
+    corpus = python_docs_corpus(held_out_every=10)
+    assert corpus.held_out == sentences[9::10]
+    assert len(corpus.train) + len(corpus.held_out) == len(sentences)
+
+
+def test_code_and_headings_are_not_prose():
+    text = (
+        "The if statement\n****************\n\n"
+        "It selects exactly one of the suites by evaluating the\nexpressions one by one.\n\n"
+        "   if_stmt ::= 'if' expression ':' suite\n\n"
+        "* A list item that goes on\n  over two lines.\n\n"
+        ">>> print('hi')\nhi"
+    )
+    assert _prose_paragraphs(text) == [
+        "It selects exactly one of the suites by evaluating the expressions one by one.",
+        "A list item that goes on over two lines.",
+    ]
+
+
+@pytest.mark.parametrize("bad", [1, 0, True, "10"])
+def test_corpus_rejects_a_bad_split(bad):
+    with pytest.raises(ValueError, match="held_out_every must be an int >= 2"):
+        python_docs_corpus(held_out_every=bad)
+
+
+# --- the compact vocabulary ------------------------------------------------------------------
+
+
+def test_compact_vocab_keeps_frequent_pieces_and_round_trips(vocab, corpus, minilm):
+    tokenizer, _ = minilm
+    assert vocab.tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert (vocab.pad_id, vocab.unk_id, vocab.cls_id, vocab.sep_id, vocab.mask_id) == (
+        0, 1, 2, 3, 4,
+    )
+    assert 1000 < vocab.size < 30522 and len(vocab) == vocab.size
+    ids, mask = vocab.encode(corpus.held_out[:4])
+    assert ids.shape == mask.shape and (ids[:, 0] == vocab.cls_id).all()
+    for row, m, text in zip(ids, mask, corpus.held_out[:4]):
+        n = int(m.sum())
+        assert row[n - 1] == vocab.sep_id and (row[n:] == vocab.pad_id).all()
+        pieces = tokenizer.tokenize(text)
+        decoded = vocab.decode(row[1 : n - 1])
+        assert len(decoded) == len(pieces)
+        # every piece survives unless it is rare, in which case it became [UNK]
+        for d, p in zip(decoded, pieces):
+            assert d == p or (d == "[UNK]" and p not in vocab.index)
+
+
+def test_compact_vocab_cuts_long_sentences(vocab, corpus):
+    ids, mask = vocab.encode(corpus.train[:50], max_length=8)
+    assert ids.shape[1] <= 8 and mask.sum(1).max() <= 8
+    assert (ids[mask.sum(1) == 8, 7] == vocab.sep_id).all()  # [SEP] still closes a cut sentence
+
+
+def test_compact_vocab_errors(vocab, minilm):
+    tokenizer, _ = minilm
+    with pytest.raises(ValueError, match="list of strings"):
+        vocab.encode("one sentence")
+    with pytest.raises(ValueError, match="max_length must be an int >= 3"):
+        vocab.encode(["a b c"], max_length=2)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        vocab.decode([0, vocab.size])
+    with pytest.raises(ValueError, match="min_count must be a positive int"):
+        CompactVocab(tokenizer, ["a b"], min_count=0)
+    with pytest.raises(ValueError, match="non-empty list"):
+        CompactVocab(tokenizer, [])
+
+
+# --- shuffled batches ------------------------------------------------------------------------
+
+
+def test_shuffled_batches_cover_every_row_once_per_epoch_and_repeat_from_the_seed():
+    x = torch.arange(10)
+    y = torch.arange(10) * 2
+    stream = shuffled_batches(x, y, batch_size=5, seed=3)
+    first, second = next(stream), next(stream)
+    assert sorted(torch.cat([first[0], second[0]]).tolist()) == list(range(10))
+    assert torch.equal(first[1], first[0] * 2)  # rows stay aligned across tensors
+    again = shuffled_batches(x, y, batch_size=5, seed=3)
+    assert torch.equal(next(again)[0], first[0])
+    third = next(stream)[0]
+    assert not torch.equal(third, first[0]) or not torch.equal(next(stream)[0], second[0])
+
+
+def test_shuffled_batches_errors():
+    with pytest.raises(ValueError, match="same number of rows"):
+        next(shuffled_batches(torch.zeros(3), torch.zeros(4), batch_size=2))
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        next(shuffled_batches(torch.zeros(3), batch_size=0))
+
+
+# --- the artefact command ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_recipes(monkeypatch):
+    """A recipe module of our own, so the command can be tested without real training."""
+    module = types.ModuleType("encoderlab_fake_recipes")
+
+    def tiny(steps=None, progress=True):
+        """A 2x2 matrix of the number of steps."""
+        steps = steps or 7
+        return {"w": torch.full((2, 2), float(steps))}, {"steps": steps}
+
+    def huge(steps=None, progress=True):
+        """Too big to commit."""
+        return {"w": torch.zeros(2 * 1024 * 1024)}, {}
+
+    module.RECIPES = {"x-tiny": tiny, "x-huge": huge}
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(train_module, "RECIPE_MODULES", (module.__name__, "encoderlab.absent"))
+    return module
+
+
+def test_command_lists_trains_and_loads(fake_recipes, tmp_path, monkeypatch, capsys):
+    assert train_module.main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "x-tiny" in listed and "A 2x2 matrix" in listed
+    out = tmp_path / "x.safetensors"
+    assert train_module.main(["x-tiny", "--steps", "3", "--out", str(out), "--quiet"]) == 0
+    monkeypatch.setattr(train_module, "ARTEFACTS", tmp_path)
+    out.rename(tmp_path / "x-tiny.safetensors")
+    tensors, metadata = train_module.load_artefact("x-tiny")
+    assert torch.equal(tensors["w"], torch.full((2, 2), 3.0))
+    assert metadata["command"] == "python -m encoderlab.train x-tiny --steps 3"
+    assert metadata["steps"] == "3" and metadata["name"] == "x-tiny" and "torch" in metadata
+
+
+def test_command_errors(fake_recipes, tmp_path, monkeypatch, capsys):
+    with pytest.raises(SystemExit):
+        train_module.main(["nope"])
+    assert "unknown artefact 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_module.main(["x-tiny", "--steps", "0"])
+    assert "--steps must be a positive int" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_module.main(["x-huge", "--out", str(tmp_path / "h.safetensors")])
+    assert "must stay under 5 MB" in capsys.readouterr().err
+    monkeypatch.setattr(train_module, "ARTEFACTS", tmp_path)
+    with pytest.raises(ValueError, match="no artefact named 'x-tiny'.*python -m encoderlab.train"):
+        train_module.load_artefact("x-tiny")
+
+
+def test_every_committed_artefact_is_small_loads_and_names_its_command():
+    known = train_module.recipes()
+    for path in sorted(train_module.ARTEFACTS.glob("*.safetensors")):
+        assert path.stat().st_size < train_module.MAX_ARTEFACT_BYTES, path.name
+        tensors, metadata = train_module.load_artefact(path.stem)
+        assert tensors, path.name
+        assert metadata["name"] == path.stem and path.stem in known, path.name
+        assert metadata["command"].startswith(f"python -m encoderlab.train {path.stem}")
