@@ -23,9 +23,17 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	touch $(STAMP)
 
-$(MATHJAX)/tex-chtml.js: $(STAMP)
+# MathJax 3 from the npm package pinned in package.json / package-lock.json, served by the
+# website itself (html_extra_path in _config.yml), so that the built site needs no network.
+node_modules/mathjax/es5/tex-chtml.js: package.json package-lock.json
+	@command -v npm > /dev/null || { echo "npm is needed to fetch MathJax: install Node.js (Debian: apt-get install npm)"; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(MATHJAX)/tex-chtml.js: node_modules/mathjax/es5/tex-chtml.js
+	rm -rf $(MATHJAX)
 	mkdir -p $(MATHJAX)
-	cp -r "$$($(BIN)/python -c 'import mathjax, pathlib; print(pathlib.Path(mathjax.__file__).parent / "static/mathjax/es5")')"/. $(MATHJAX)/
+	cp -r node_modules/mathjax/es5/. $(MATHJAX)/
 
 book: $(STAMP) $(MATHJAX)/tex-chtml.js
 	$(BIN)/jupyter-book build . -W -n --keep-going
@@ -60,4 +68,4 @@ student: $(STAMP)
 	$(BIN)/python -m encoderlab.student
 
 clean:
-	rm -rf _build
+	rm -rf _build node_modules

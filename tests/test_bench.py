@@ -39,3 +39,81 @@ def test_main_prints_the_table(capsys):
     out = capsys.readouterr().out
     assert "as a fraction of the tile-count ratio" in out
     assert "tiled attention by mask" in out and "sliding window" in out
+
+
+# --- The GPU rows: plumbing that runs without a GPU (the timings themselves need one) ---
+
+
+def test_main_says_the_gpu_rows_need_a_gpu(capsys):
+    if tiled.triton_available():
+        pytest.skip("this machine has CUDA and Triton: main prints the GPU rows")
+    assert bench.main(["--n", "256", "--repeats", "1", "--no-reference"]) == 0
+    assert "need a CUDA device and Triton" in capsys.readouterr().out
+    assert bench.main(["--gpu-record", "unused.json"]) == 2
+    assert "--gpu-record needs a CUDA device and Triton" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="the GPU rows need a CUDA device and Triton"):
+        bench.bench_gpu_attention()
+
+
+def test_time_interleaved_rotates_and_syncs_each_sample():
+    calls = []
+    medians = bench.time_interleaved(
+        {name: (lambda name=name: calls.append(name)) for name in "abc"},
+        repeats=3, warmup=1, inner=2, sync=lambda: calls.append("|"))
+    assert set(medians) == {"a", "b", "c"} and all(t > 0 for t in medians.values())
+    assert "".join(calls) == "abc|" + "aa|bb|cc|" + "bb|cc|aa|" + "cc|aa|bb|"
+    with pytest.raises(ValueError, match="repeats and inner must be at least 1"):
+        bench.time_interleaved({"a": lambda: None}, inner=0)
+
+
+def _record(**changes) -> dict:
+    rows = [{"n": n, "tile_ratio": tiled.tile_ratio_causal(n, 64), "sdpa_full_ms": 1.0 * n,
+             "sdpa_causal_ms": 0.55 * n, "triton_full_ms": 1.1 * n, "triton_causal_ms": 0.6 * n,
+             "sdpa_speedup": 1 / 0.55, "triton_speedup": 1.1 / 0.6,
+             "triton_over_sdpa_full": 1.1, "triton_over_sdpa_causal": 0.6 / 0.55}
+            for n in (1024, 8192)]
+    record = {"kind": "gpu-attention", "device": "Test GPU", "torch": "2.13.0",
+              "triton": "3.9.0", "cuda": "12.8", "date": "2026-11-30", "dtype": "float16",
+              "heads": 16, "head_dim": 64, "block": 64, "rows": rows}
+    return {**record, **changes}
+
+
+def test_recorded_gpu_results_reads_the_records_of_a_folder(tmp_path):
+    import json
+
+    assert bench.recorded_gpu_results(tmp_path / "missing") == []
+    assert bench.recorded_gpu_results(tmp_path) == []
+    (tmp_path / "other.json").write_text(json.dumps({"kind": "something else"}))
+    (tmp_path / "b.json").write_text(json.dumps(_record(date="2026-12-01", device="Newer")))
+    (tmp_path / "a.json").write_text(json.dumps(_record()))
+    records = bench.recorded_gpu_results(tmp_path)
+    assert [(r["device"], r["file"]) for r in records] == [("Test GPU", "a.json"),
+                                                            ("Newer", "b.json")]
+    broken = _record()
+    del broken["rows"][1]["triton_speedup"], broken["cuda"]
+    (tmp_path / "c.json").write_text(json.dumps(broken))
+    with pytest.raises(ValueError, match=r"c.json is a gpu-attention record without cuda, "
+                                         r"rows\[1\].triton_speedup"):
+        bench.recorded_gpu_results(tmp_path)
+
+
+def test_gpu_results_table_and_figure():
+    import matplotlib.pyplot as plt
+
+    from encoderlab import plotting
+
+    assert bench.gpu_results_table([]).startswith("No GPU results are recorded yet")
+    table = bench.gpu_results_table([_record()]).splitlines()
+    assert table[0] == ("Test GPU · torch 2.13.0 · Triton 3.9.0 · CUDA 12.8 · 2026-11-30 · "
+                        "float16, 16 heads of 64, Triton tiles of 64")
+    assert table[-1].split() == ["8192", "8192.000", "4505.600", "9011.200", "4915.200",
+                                 "1.82", "1.83", "1.98", "1.10", "1.09"]
+    verdicts = bench._gpu_verdicts(_record()["rows"])
+    assert verdicts[0].startswith("sdpa   full / causal at n >= 8192: lowest 1.82x, MISSES")
+    assert verdicts[2].endswith("1.10x, meets target <= 1.2")
+    ax = plotting.gpu_speedups(_record())
+    assert ax.get_title() == "Test GPU, float16 (2026-11-30)"
+    assert [line.get_label() for line in ax.get_lines()[-2:]] == [
+        "SDPA, is_causal", "Triton kernel, tiles skipped"]
+    assert list(ax.get_lines()[-1].get_ydata()) == pytest.approx([1.1 / 0.6] * 2)
+    plt.close(ax.figure)

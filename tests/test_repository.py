@@ -71,3 +71,28 @@ def test_requirements_are_ranges_that_admit_the_pinned_and_colab_versions():
         assert requirements["torch"].contains(version), version
     for name, version in (("numpy", "2.0.2"), ("matplotlib", "3.10.0")):
         assert requirements[name].contains(version), (name, version)
+
+
+def test_every_lesson_figure_has_a_numbered_caption():
+    """The website's alt text and caption of a figure come from the markdown cell after it."""
+    image_types = ("image/png", "image/svg+xml", "image/jpeg")
+    problems = []
+    for notebook in sorted((ROOT / "lessons").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        number = 1
+        for i, cell in enumerate(cells):
+            draws = cell["cell_type"] == "code" and any(
+                kind in output.get("data", {}) for output in cell.get("outputs", [])
+                for kind in image_types
+            )
+            if not draws:
+                continue
+            after = next((c for c in cells[i + 1 :] if c["cell_type"] == "markdown"), None)
+            text = "".join(after["source"]).lstrip() if after else ""
+            if not text.startswith(f"**Figure {number}.**"):
+                problems.append(
+                    f"{notebook.name}, cell {i}: the figure it draws needs a caption: the next "
+                    f"markdown cell must start with '**Figure {number}.**' (found {text[:40]!r})"
+                )
+            number += 1
+    assert not problems, "\n".join(problems)

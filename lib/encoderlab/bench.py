@@ -2,18 +2,26 @@
 
 Timings on a shared machine are noisy, so two things are always timed side by
 side, interleaved, and the *ratio* of the medians is what we report.
-``python -m encoderlab.bench`` prints the course's benchmark table.
+``python -m encoderlab.bench`` prints the course's benchmark table; on a
+machine with CUDA and Triton it adds the GPU rows (SDPA and the course's Triton
+kernel, full vs causal), and ``--gpu-record FILE`` writes them, with the device
+and versions, to the JSON file that the lessons show on machines without a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.metadata
+import itertools
+import json
 import math
 import platform
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from torch.nn import functional as F
@@ -29,6 +37,13 @@ __all__ = [
     "bench_causal_skip",
     "structural_masks",
     "bench_masks",
+    "time_interleaved",
+    "gpu_checks",
+    "fastest_gpu_config",
+    "bench_gpu_attention",
+    "gpu_attention_record",
+    "recorded_gpu_results",
+    "gpu_results_table",
     "main",
 ]
 
@@ -215,12 +230,287 @@ def _verdict(name: str, value: float) -> str:
     return f"{'meets' if ok else 'MISSES'} target {op} {target}"
 
 
+# --- The GPU rows (Lesson 3, §4; Lesson 9, §8) -------------------------------------------------
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], object]],
+    repeats: int = 10,
+    warmup: int = 2,
+    inner: int = 1,
+    sync: Callable[[], object] | None = None,
+) -> dict[str, float]:
+    """Median seconds per call of several functions, timed in turns (Lesson 9, §8).
+
+    Like :func:`time_pair` for more than two: each round runs every function once,
+    starting with a different one each round, so drift hits all of them alike.
+    One sample is ``inner`` calls in a row, then ``sync()`` (on a GPU
+    ``torch.cuda.synchronize``: CUDA calls return before their kernel has run),
+    divided by ``inner``; several calls per sample keep launch overheads small.
+    """
+    if repeats < 1 or inner < 1:
+        raise ValueError(f"repeats and inner must be at least 1, got {repeats} and {inner}.")
+    sync = sync or (lambda: None)
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    sync()
+    times = {name: [] for name in names}
+    for i in range(repeats):
+        for name in names[i % len(names):] + names[: i % len(names)]:  # rotate who goes first
+            start = time.perf_counter()
+            for _ in range(inner):
+                fns[name]()
+            sync()
+            times[name].append((time.perf_counter() - start) / inner)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _require_gpu() -> None:
+    if not tiled.triton_available():
+        raise ValueError(
+            "the GPU rows need a CUDA device and Triton (pip install triton); this machine has "
+            f"CUDA: {torch.cuda.is_available()}. The CPU rows are in `python -m encoderlab.bench`."
+        )
+
+
+GPU_SHAPE = {"batch": 1, "heads": 16, "head_dim": 64, "dtype": "float16"}
+GPU_NS = (1024, 2048, 4096, 8192, 16384)
+# Tile sizes and warps per program that the GPU rows try: the faster on the GPU at hand is
+# timed against SDPA (and recorded). Larger tiles need more warps to hold their scores.
+GPU_CONFIGS = ({"block": 64, "num_warps": 4}, {"block": 128, "num_warps": 8})
+
+
+def gpu_checks(ns=(1000, 2048), tolerance: float = 5e-3, configs=GPU_CONFIGS) -> list[dict]:
+    """The Triton kernel against torch's SDPA on the GPU, float16, for every mask (Lesson 9).
+
+    Ragged and whole-tile lengths, two sequences of four heads, each of ``configs``.
+    Returns one row per case with the largest absolute difference; raises ValueError
+    if any exceeds ``tolerance`` (float16 rounding of outputs of size about 1 is ~5e-4).
+    """
+    _require_gpu()
+    from .tiled_triton import triton_attention  # triton is there: _require_gpu checked
+
+    rows = []
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for n in ns:
+        q, k, v = (torch.randn(2, 4, n, 64, generator=g, device="cuda", dtype=torch.float16)
+                   for _ in range(3))  # (b, h, n, d): two sequences of four heads
+        lengths = torch.tensor([n, n - 300])  # the second sequence ends in 300 [PAD]s
+        cases = {"full": None, "causal": "causal",
+                 "padding": masks.padding(torch.arange(n)[None, :] < lengths[:, None]).cuda()}
+        cases.update({name: m.cuda() for name, m in structural_masks(n).items()
+                      if name not in ("full", "causal")})
+        for (name, mask), config in itertools.product(cases.items(), configs):
+            with torch.inference_mode():
+                out = triton_attention(q, k, v, mask=mask, **config)
+                if isinstance(mask, str):
+                    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                else:
+                    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            error = (out.float() - ref.float()).abs().max().item()
+            rows.append({"mask": name, "n": n, **config, "max_abs_difference": error})
+            if not error <= tolerance:  # also catches NaN
+                raise ValueError(
+                    f"the Triton kernel ({config}) differs from torch's SDPA by {error:.2e} > "
+                    f"{tolerance:g} for the {name} mask at n={n}: do not record its timings."
+                )
+    return rows
+
+
+def _gpu_calls(q, k, v, config: dict, triton_attention) -> dict[str, Callable[[], object]]:
+    """The four calls the GPU rows time, each on the same (b, h, n, d) q, k, v."""
+    return {
+        "sdpa_full": lambda: F.scaled_dot_product_attention(q, k, v),
+        "sdpa_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "triton_full": lambda: triton_attention(q, k, v, **config),
+        "triton_causal": lambda: triton_attention(q, k, v, mask="causal", **config),
+    }
+
+
+def fastest_gpu_config(configs=GPU_CONFIGS, n: int = 4096) -> dict:
+    """The one of ``configs`` whose full plus causal time is least on this GPU (Lesson 9, §8)."""
+    _require_gpu()
+    from .tiled_triton import triton_attention
+
+    q, k, v = _qkv(n, GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], torch.float16, "cuda")
+    calls = {}
+    for i, config in enumerate(configs):
+        full_and_causal = _gpu_calls(q, k, v, config, triton_attention)
+        calls[str(i)] = lambda c=full_and_causal: (c["triton_full"](), c["triton_causal"]())
+    with torch.inference_mode():
+        t = time_interleaved(calls, repeats=5, warmup=2, inner=4, sync=torch.cuda.synchronize)
+    return configs[int(min(t, key=t.get))]
+
+
+def bench_gpu_attention(
+    ns=GPU_NS, repeats: int = 10, warmup: int = 3, config: dict | None = None
+) -> list[dict]:
+    """Full vs causal on the GPU, side by side: torch's SDPA and the Triton kernel (Lesson 9, §8).
+
+    float16, one sequence of 16 heads of 64 (``GPU_SHAPE``), the kernel with
+    ``config`` (block, num_warps; the fastest of ``GPU_CONFIGS`` if None). For each
+    n the four calls are timed in turns in one run; the rows hold the medians (ms),
+    each kernel's speedup full / causal next to the tile-count ratio 2T/(T+1), and
+    the Triton kernel's time over SDPA's.
+    """
+    _require_gpu()
+    from .tiled_triton import triton_attention
+
+    config = config or fastest_gpu_config()
+    rows = []
+    for n in ns:
+        q, k, v = _qkv(n, GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], torch.float16, "cuda")
+        inner = max(1, 16384 // n)  # about the same work per sample at every n
+        with torch.inference_mode():
+            t = time_interleaved(_gpu_calls(q, k, v, config, triton_attention), repeats=repeats,
+                                 warmup=warmup, inner=inner, sync=torch.cuda.synchronize)
+        rows.append({
+            "n": n,
+            "tile_ratio": tiled.tile_ratio_causal(n, config["block"]),
+            **{f"{name}_ms": seconds * 1e3 for name, seconds in t.items()},
+            "sdpa_speedup": t["sdpa_full"] / t["sdpa_causal"],
+            "triton_speedup": t["triton_full"] / t["triton_causal"],
+            "triton_over_sdpa_full": t["triton_full"] / t["sdpa_full"],
+            "triton_over_sdpa_causal": t["triton_causal"] / t["sdpa_causal"],
+        })
+    return rows
+
+
+def gpu_attention_record(ns=GPU_NS, repeats: int = 10) -> dict:
+    """Everything one GPU run measures, with the device and versions: the JSON that
+    ``python -m encoderlab.bench --gpu-record FILE`` writes (Lesson 9, §8)."""
+    _require_gpu()
+    checks = gpu_checks()  # first: a wrong kernel's timings are worth nothing
+    config = fastest_gpu_config()
+    return {
+        **_gpu_environment(),
+        **config,
+        "checks": checks,
+        "rows": bench_gpu_attention(ns, repeats=repeats, config=config),
+        "targets": {name: list(GPU_TARGETS[name]) for name in GPU_TARGETS},
+    }
+
+
+def _gpu_environment() -> dict:
+    """What a GPU record says about where and how it was measured."""
+    return {
+        "kind": "gpu-attention",
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": importlib.metadata.version("triton"),
+        "cuda": torch.version.cuda,
+        "date": datetime.date.today().isoformat(),
+        **GPU_SHAPE,
+    }
+
+
+GPU_TARGETS = {
+    "speedup_at_8192_and_more": (">=", 1.85),  # full / causal, both kernels, n >= 8192
+    "triton_over_sdpa": ("<=", 1.2),  # the Triton kernel's time over SDPA's
+}
+_RECORD_KEYS = ("device", "torch", "triton", "cuda", "date", "rows")
+_ROW_KEYS = ("n", "tile_ratio", "sdpa_full_ms", "sdpa_causal_ms", "triton_full_ms",
+             "triton_causal_ms", "sdpa_speedup", "triton_speedup", "triton_over_sdpa_full",
+             "triton_over_sdpa_causal")
+
+
+def recorded_gpu_results(folder="figures/data") -> list[dict]:
+    """The GPU runs recorded in ``folder`` (``*.json`` of kind "gpu-attention"), oldest first
+    (Lesson 3, §4; Lesson 9, §8). An empty list when there are none or no such folder."""
+    records = []
+    for path in sorted(Path(folder).glob("*.json")):
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or data.get("kind") != "gpu-attention":
+            continue  # another kind of recorded measurement
+        missing = [key for key in _RECORD_KEYS if key not in data]
+        missing += [f"rows[{i}].{key}" for i, row in enumerate(data.get("rows", []))
+                    for key in _ROW_KEYS if key not in row]
+        if missing:
+            raise ValueError(f"{path} is a gpu-attention record without {', '.join(missing)}. "
+                             "Record it again with `python -m encoderlab.bench --gpu-record`.")
+        records.append({**data, "file": path.name})
+    return sorted(records, key=lambda r: r["date"])
+
+
+def gpu_results_table(records: list[dict]) -> str:
+    """GPU runs as text: one header line with the device and versions, then one line per n."""
+    if not records:
+        return "No GPU results are recorded yet (figures/data/ holds no gpu-attention record)."
+    lines = []
+    for r in records:
+        lines.append(f"{r['device']} · torch {r['torch']} · Triton {r['triton']} · "
+                     f"CUDA {r['cuda']} · {r['date']} · {r.get('dtype', 'float16')}, "
+                     f"{r.get('heads', '?')} heads of {r.get('head_dim', '?')}, "
+                     f"Triton tiles of {r.get('block', '?')}")
+        lines.append(f"{'':>6}{'SDPA (ms)':>20}{'Triton (ms)':>20}{'full / causal':>21}"
+                     f"{'Triton / SDPA':>14}")
+        lines.append(f"{'n':>6}{'full':>10}{'causal':>10}{'full':>10}{'causal':>10}"
+                     f"{'SDPA':>7}{'Triton':>7}{'tiles':>7}{'full':>7}{'causal':>7}")
+        for row in r["rows"]:
+            lines.append(
+                f"{row['n']:>6}{row['sdpa_full_ms']:>10.3f}{row['sdpa_causal_ms']:>10.3f}"
+                f"{row['triton_full_ms']:>10.3f}{row['triton_causal_ms']:>10.3f}"
+                f"{row['sdpa_speedup']:>7.2f}{row['triton_speedup']:>7.2f}{row['tile_ratio']:>7.2f}"
+                f"{row['triton_over_sdpa_full']:>7.2f}{row['triton_over_sdpa_causal']:>7.2f}"
+            )
+    return "\n".join(lines)
+
+
+def _gpu_verdicts(rows: list[dict]) -> list[str]:
+    """The GPU rows next to their targets, in words."""
+    long = [row for row in rows if row["n"] >= 8192]
+    lines = []
+    for kernel in ("sdpa", "triton"):
+        if long:
+            worst = min(row[f"{kernel}_speedup"] for row in long)
+            lines.append(f"{kernel:<6} full / causal at n >= 8192: lowest {worst:.2f}x, "
+                         f"{_verdict_gpu('speedup_at_8192_and_more', worst)}")
+    worst = max(max(row["triton_over_sdpa_full"], row["triton_over_sdpa_causal"]) for row in rows)
+    lines.append(f"Triton / SDPA time, worst over n and masks: {worst:.2f}x, "
+                 f"{_verdict_gpu('triton_over_sdpa', worst)}")
+    return lines
+
+
+def _verdict_gpu(name: str, value: float) -> str:
+    op, target = GPU_TARGETS[name]
+    ok = value <= target if op == "<=" else value >= target
+    return f"{'meets' if ok else 'MISSES'} target {op} {target}"
+
+
+def write_gpu_record(path) -> dict:
+    """Run :func:`gpu_attention_record` and write it to ``path`` as JSON; print the table."""
+    record = gpu_attention_record()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(gpu_results_table([record]))
+    print("\n".join(_gpu_verdicts(record["rows"])))
+    print(f"checks: {len(record['checks'])} cases, largest difference from SDPA "
+          f"{max(c['max_abs_difference'] for c in record['checks']):.2e}")
+    print(f"written: {path}")
+    return record
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096, help="sequence length for the skip test")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--no-reference", action="store_true", help="skip the transformers run")
+    parser.add_argument("--gpu-record", metavar="FILE",
+                        help="on a GPU: check the Triton kernel, time the GPU rows and write "
+                        "them with device and versions to FILE (e.g. figures/data/"
+                        "gpu-attention.json); nothing else runs")
     args = parser.parse_args(argv)
+
+    if args.gpu_record:
+        if not tiled.triton_available():
+            print("--gpu-record needs a CUDA device and Triton (pip install triton); "
+                  f"CUDA available: {torch.cuda.is_available()}.")
+            return 2
+        write_gpu_record(args.gpu_record)
+        return 0
 
     env = environment()
     print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
@@ -269,6 +559,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['mask']:<16} {row['tile_fraction']:>14.3f} {row['time_fraction']:>8.3f} "
             f"{row['time_ms']:>8.1f}"
         )
+
+    if not tiled.triton_available():
+        print("\nThe GPU rows (SDPA and the Triton kernel, full vs causal, float16) need a CUDA "
+              "device and Triton; recorded ones are in figures/data/.")
+        return 0
+    print("\nGPU rows (to check the kernel and record them: --gpu-record FILE):")
+    config = fastest_gpu_config()
+    rows = bench_gpu_attention(repeats=args.repeats, config=config)
+    print(gpu_results_table([{**_gpu_environment(), **config, "rows": rows}]))
+    print("\n".join(_gpu_verdicts(rows)))
     return 0
 
 

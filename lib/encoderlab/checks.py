@@ -1430,3 +1430,1050 @@ def check_prefix_lm_mask(fn: Callable) -> bool:
     raise CheckFailed(message or _mask_difference(
         outputs[wrong[0]], masks.prefix_lm(n, p), f"n = {n}, prefix_len = {p}"
     ))
+
+
+# --- Lesson 7 ---
+# Three checkers for Lesson 7's exercises: BIO tags -> entity spans (§4), entity-level F1 (§4)
+# and the best answer span from start / end logits (§5).
+
+from . import finetune as _finetune  # noqa: E402
+
+__all__ += ["check_bio_to_spans", "check_entity_f1", "check_best_span"]
+
+# --- BIO tags -> spans (Lesson 7, §4) ------------------------------------------------------------
+
+
+def _bio_variant(tags, *, end="inclusive", orphan_i="start", split_types=True, split_b=True,
+                 close_last=True):
+    """bio_to_spans with one switch turned: each non-default switch is a known mistake."""
+    spans, current = [], None
+    for i, tag in enumerate(tags):
+        prefix, kind = ("O", None) if tag == "O" else (tag[0], tag[2:])
+        continues = current is not None and prefix == "I" and (
+            current[0] == kind or not split_types)
+        if current is not None and prefix == "B" and not split_b and current[0] == kind:
+            continues = True
+        if continues:
+            current[2] = i
+            continue
+        if current is not None:
+            spans.append(tuple(current))
+            current = None
+        if prefix == "B" or (prefix == "I" and orphan_i == "start"):
+            current = [kind, i, i]
+    if current is not None and close_last:
+        spans.append(tuple(current))
+    if end == "exclusive":
+        spans = [(k, s, e + 1) for k, s, e in spans]
+    return spans
+
+
+_BIO_MISTAKES = [
+    ("your end positions are one too far: this course's spans are (type, start, end) with the end "
+     "*inclusive*, so a one-token entity at position 3 is ('X', 3, 3).",
+     partial(_bio_variant, end="exclusive")),
+    ("you drop an I-X that follows O (or starts the sequence): CoNLL's rule, and seqeval's, is "
+     "that such an I-X begins a new entity of type X.",
+     partial(_bio_variant, orphan_i="drop")),
+    ("an I- tag of another type continues your entity: B-PER I-LOC is two entities, PER then "
+     "LOC; an entity goes on only while the tags are I- of its own type.",
+     partial(_bio_variant, split_types=False)),
+    ("a B- tag inside an entity does not start a new one in your version: B-PER B-PER is two "
+     "people side by side, the whole point of having B- as well as I-.",
+     partial(_bio_variant, split_b=False)),
+    ("you lose the entity that runs to the end of the sequence: close the open entity after the "
+     "loop.",
+     partial(_bio_variant, close_last=False)),
+]
+
+
+def _bio_cases() -> list[tuple]:
+    chosen = [
+        ["B-PER", "I-PER", "O", "B-LOC"],
+        ["O", "O", "O"],
+        [],
+        ["B-PER", "B-PER", "I-PER", "O"],
+        ["O", "I-LOC", "I-LOC", "O", "B-DATE"],
+        ["B-PER", "I-LOC", "I-LOC"],
+        ["I-PER", "O", "B-LOC", "I-LOC"],
+        ["B-LOC", "I-LOC", "I-LOC", "I-LOC"],
+        ["B-DATE", "O", "I-DATE", "B-DATE", "I-PER"],
+    ]
+    g = torch.Generator().manual_seed(7)
+    tags = list(_finetune.TAGS)
+    random = [[tags[int(t)] for t in torch.randint(len(tags), (int(n),), generator=g)]
+              for n in torch.randint(1, 12, (12,), generator=g)]
+    return [(c,) for c in chosen + random]
+
+
+def _as_spans(value, case: str) -> list[tuple]:
+    try:
+        return sorted((str(k), int(s), int(e)) for k, s, e in value)
+    except (TypeError, ValueError):
+        raise CheckFailed(
+            f"your function returned {_short_value(value)} on {case}; return a list of "
+            "(type, start, end) tuples, e.g. [('PER', 0, 1), ('LOC', 3, 3)]."
+        ) from None
+
+
+def _short_value(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_bio_to_spans(fn: Callable) -> bool:
+    """Check ``fn(tags) -> [(type, start, end), ...]`` (end inclusive) on BIO sequences.
+
+    (Lesson 7, §4.) The cases include I- after O, a type change inside an entity, two B- in a
+    row and an entity that runs to the end; the order of the returned spans does not matter.
+    """
+    _check_callable(fn)
+    cases = _bio_cases()
+    outputs = [_as_spans(_call(fn, (list(tags),), f"tags {tags}"), f"tags {tags}")
+               for (tags,) in cases]
+    references = [sorted(_finetune.bio_to_spans(tags)) for (tags,) in cases]
+    wrong = [i for i, (a, b) in enumerate(zip(outputs, references, strict=True)) if a != b]
+    if not wrong:
+        return _success("BIO to spans", fn, len(cases))
+    message = _diagnose(outputs, cases, _BIO_MISTAKES, lambda a, b: a == sorted(b), wrong)
+    if message:
+        raise CheckFailed(message)
+    i = wrong[0]
+    raise CheckFailed(f"on tags {cases[i][0]} you return {outputs[i]}, but the entities are "
+                      f"{references[i]} (type, start, end), end inclusive.")
+
+
+# --- Entity-level F1 (Lesson 7, §4) ---------------------------------------------------------------
+
+
+def _f1_from(correct: float, n_predicted: float, n_gold: float) -> float:
+    p = correct / n_predicted if n_predicted else 0.0
+    r = correct / n_gold if n_gold else 0.0
+    return 2 * p * r / (p + r) if p + r else 0.0
+
+
+def _f1_variant(gold, predicted, *, unit="entity", match="exact", average="micro"):
+    """Entity F1 with one switch turned: each non-default switch is a known mistake."""
+    if unit == "token":  # per-token agreement on the non-O tags
+        correct = sum(g == p != "O" for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps))
+        n_p = sum(p != "O" for ps in predicted for p in ps)
+        n_g = sum(g != "O" for gs in gold for g in gs)
+        return _f1_from(correct, n_p, n_g)
+    scores, totals = [], [0, 0, 0]
+    for gs, ps in zip(gold, predicted):
+        g_spans, p_spans = _finetune.bio_to_spans(gs), _finetune.bio_to_spans(ps)
+        if match == "untyped":
+            g_set, p_set = {s[1:] for s in g_spans}, {s[1:] for s in p_spans}
+            correct = len(g_set & p_set)
+        elif match == "overlap":
+            correct = sum(any(pk == gk and ps_ <= ge and gs_ <= pe for gk, gs_, ge in g_spans)
+                          for pk, ps_, pe in p_spans)
+        else:
+            correct = len(set(g_spans) & set(p_spans))
+        counts = (correct, len(p_spans), len(g_spans))
+        totals = [a + b for a, b in zip(totals, counts)]
+        if counts[1] or counts[2]:
+            scores.append(_f1_from(*counts))
+    if average == "sentence":
+        return sum(scores) / len(scores) if scores else 0.0
+    return _f1_from(*totals)
+
+
+_F1_MISTAKES = [
+    ("you score tags, not entities: a token-level F1 gives credit for half an entity. Turn each "
+     "sequence into its (type, start, end) spans and count a prediction only if the whole span "
+     "matches.",
+     partial(_f1_variant, unit="token")),
+    ("you ignore the entity type: a span counts only if its type matches too (PER at 0-1 is "
+     "wrong when the gold says LOC at 0-1).",
+     partial(_f1_variant, match="untyped")),
+    ("you count an overlapping span as correct; entity-level F1 needs both boundaries to match "
+     "exactly.",
+     partial(_f1_variant, match="overlap")),
+    ("you average an F1 per sentence; the standard is one F1 over the whole corpus: add up the "
+     "correct, predicted and gold entities of all sentences first (micro average).",
+     partial(_f1_variant, average="sentence")),
+]
+
+
+def _f1_cases() -> list[tuple]:
+    g1 = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-DATE", "I-DATE"]]
+    p1 = [["B-PER", "O", "O", "B-LOC"], ["O", "B-DATE", "I-DATE"]]
+    g2 = [["B-PER", "I-PER", "O"], ["B-LOC", "O", "O"], ["O", "O", "O"]]
+    p2 = [["B-LOC", "I-LOC", "O"], ["B-LOC", "O", "B-PER"], ["O", "O", "O"]]
+    g3 = [["B-LOC", "I-LOC", "I-LOC", "O", "B-PER"]]
+    p3 = [["O", "B-LOC", "I-LOC", "O", "B-PER"]]
+    g4 = [["O", "O"], ["B-PER", "O"]]
+    p4 = [["O", "O"], ["O", "O"]]
+    g5 = [["B-PER", "O", "B-PER", "I-PER", "O", "B-LOC"], ["B-DATE"], ["O", "B-LOC"]]
+    p5 = [["B-PER", "O", "B-PER", "I-PER", "O", "B-LOC"], ["O"], ["O", "B-PER"]]
+    cases = [(g1, p1), (g2, p2), (g3, p3), (g4, p4), (g5, p5), (g1, g1)]
+    g = torch.Generator().manual_seed(11)
+    tags = list(_finetune.TAGS)
+    for _ in range(4):
+        gold, pred = [], []
+        for n in torch.randint(2, 9, (6,), generator=g).tolist():
+            row = [tags[int(t)] for t in torch.randint(len(tags), (n,), generator=g)]
+            flip = torch.rand(n, generator=g) < 0.3
+            other = [tags[int(t)] for t in torch.randint(len(tags), (n,), generator=g)]
+            gold.append(row)
+            pred.append([o if f else t for t, o, f in zip(row, other, flip.tolist())])
+        cases.append((gold, pred))
+    return cases
+
+
+def check_entity_f1(fn: Callable) -> bool:
+    """Check ``fn(gold, predicted) -> F1`` (a number in [0, 1]) over lists of BIO sequences.
+
+    (Lesson 7, §4.) Entity level and micro-averaged, as CoNLL and seqeval: an entity counts
+    only if type, start and end all match. Token-level scores, untyped or overlapping matches
+    and per-sentence averages are named when they explain the answers.
+    """
+    _check_callable(fn)
+    cases = _f1_cases()
+    outputs = []
+    for k, (gold, pred) in enumerate(cases):
+        value = _call(fn, (gold, pred), f"case {k}")
+        if isinstance(value, dict) and "f1" in value:
+            value = value["f1"]
+        try:
+            outputs.append(float(value))
+        except (TypeError, ValueError):
+            raise CheckFailed(f"your function returned {_short_value(value)} on case {k}; "
+                              "return the F1 as a float between 0 and 1.") from None
+    references = [_finetune.entity_scores(g, p)["f1"] for g, p in cases]
+    if all(o > 1.0 + 1e-9 for o, r in zip(outputs, references) if r > 0):
+        raise CheckFailed("your F1 is larger than 1: return a fraction between 0 and 1, "
+                          "not a percentage.")
+
+    def same(a, b):
+        return abs(a - b) < 1e-9
+
+    wrong = [i for i, (a, b) in enumerate(zip(outputs, references, strict=True)) if not same(a, b)]
+    if not wrong:
+        return _success("entity-level F1", fn, len(cases))
+    message = _diagnose(outputs, cases, _F1_MISTAKES, same, wrong)
+    if message:
+        raise CheckFailed(message)
+    i = wrong[0]
+    gold, pred = cases[i]
+    raise CheckFailed(f"on gold {gold} and predicted {pred} your F1 is {outputs[i]:.4f}, "
+                      f"the entity-level F1 is {references[i]:.4f}.")
+
+
+# --- The best span (Lesson 7, §5) -----------------------------------------------------------------
+
+
+def _span_variant(s, e, context, max_tokens, *, joint=True, use_context=True, ordered=True,
+                  limit=0):
+    """best_span for one row with one switch turned: each non-default switch is a known mistake."""
+    n = len(s)
+    allowed_i = context if use_context else torch.ones(n, dtype=torch.bool)
+    if not joint:
+        s_ = s.masked_fill(~allowed_i, float("-inf"))
+        e_ = e.masked_fill(~allowed_i, float("-inf"))
+        return int(s_.argmax()), int(e_.argmax())
+    i = torch.arange(n).unsqueeze(1)
+    j = torch.arange(n).unsqueeze(0)
+    ok = allowed_i.unsqueeze(1) & allowed_i.unsqueeze(0)
+    if ordered:
+        ok &= j >= i
+    if limit is not None:
+        ok &= j < i + max_tokens + limit
+    scores = (s.unsqueeze(1) + e.unsqueeze(0)).masked_fill(~ok, float("-inf"))
+    flat = int(scores.flatten().argmax())
+    return flat // n, flat % n
+
+
+_SPAN_MISTAKES = [
+    ("you take the best start and the best end separately; they can give an end before the "
+     "start or an overlong span. Score every allowed pair (i, j) by s_i + e_j and take the best "
+     "pair.",
+     partial(_span_variant, joint=False)),
+    ("your span can land outside the context (on the question, a special token or padding): "
+     "allow only positions where context_mask is True.",
+     partial(_span_variant, use_context=False)),
+    ("your span can end before it starts: require start <= end.",
+     partial(_span_variant, ordered=False)),
+    ("your span can be longer than max_tokens: require end - start + 1 <= max_tokens.",
+     partial(_span_variant, limit=None)),
+    ("your spans can be one token longer than max_tokens: end - start + 1 <= max_tokens means "
+     "end < start + max_tokens.",
+     partial(_span_variant, limit=1)),
+]
+
+
+def _span_cases() -> list[tuple]:
+    def t(values):
+        return torch.tensor(values, dtype=torch.float32)
+
+    def c(values):
+        return torch.tensor(values, dtype=torch.bool)
+
+    cases = [
+        (t([0, 0, 0, 5, 1, 0]), t([0, 0, 0, 0, 4, 0]), c([0, 0, 1, 1, 1, 1]), 4),
+        (t([9, 0, 1, 0, 0]), t([9, 0, 0, 2, 0]), c([0, 0, 1, 1, 1]), 4),  # the best is on [CLS]
+        (t([0, 0, 1, 0, 5]), t([0, 0, 0, 6, 0]), c([0, 0, 1, 1, 1]), 4),  # best end before start
+        (t([0, 5, 0, 0, 0, 0, 0]), t([0, 0, 0, 0, 0, 1, 6]), c([0, 1, 1, 1, 1, 1, 1]), 3),
+        (t([0, 5, 0, 0, 0, 0]), t([0, 0, 0, 0, 6, 0]), c([0, 1, 1, 1, 1, 1]), 3),  # length 4
+        (t([1, 2, 3]), t([3, 2, 1]), c([0, 1, 0]), 2),  # a one-token context
+    ]
+    g = torch.Generator().manual_seed(5)
+    for _ in range(8):
+        n = int(torch.randint(6, 14, (1,), generator=g))
+        q = int(torch.randint(1, 4, (1,), generator=g))
+        pad = int(torch.randint(0, 3, (1,), generator=g))
+        context = torch.zeros(n, dtype=torch.bool)
+        context[q + 1:n - 1 - pad] = True
+        cases.append((torch.randn(n, generator=g) * 3, torch.randn(n, generator=g) * 3, context,
+                      int(torch.randint(1, 5, (1,), generator=g))))
+    return cases
+
+
+def check_best_span(fn: Callable) -> bool:
+    """Check ``fn(start_logits, end_logits, context_mask, max_tokens) -> (start, end)``, one row.
+
+    (Lesson 7, §5.) Inputs are 1-d tensors of length n; the answer is the pair i <= j with
+    j - i + 1 <= max_tokens, both in the context, that maximises s_i + e_j.
+    """
+    _check_callable(fn)
+    cases = _span_cases()
+    outputs = []
+    for k, (s, e, context, m) in enumerate(cases):
+        case = f"case {k} (n = {len(s)}, max_tokens = {m})"
+        value = _call(fn, (s.clone(), e.clone(), context.clone(), m), case)
+        try:
+            start, end = value
+            outputs.append((int(start), int(end)))
+        except (TypeError, ValueError, RuntimeError):
+            raise CheckFailed(f"your function returned {_short_value(value)} on {case}; return "
+                              "two ints, (start, end).") from None
+    references = []
+    for s, e, context, m in cases:
+        i, j, _ = _finetune.best_span(s[None], e[None], context[None], m)
+        references.append((int(i), int(j)))
+    wrong = [i for i, (a, b) in enumerate(zip(outputs, references, strict=True)) if a != b]
+    if not wrong:
+        return _success("best span", fn, len(cases))
+    message = _diagnose(outputs, cases, _SPAN_MISTAKES, lambda a, b: a == tuple(b), wrong)
+    if message:
+        raise CheckFailed(message)
+    i = wrong[0]
+    s, e, context, m = cases[i]
+    raise CheckFailed(f"on case {i} (start_logits {s.tolist()}, end_logits {e.tolist()}, "
+                      f"context_mask {context.int().tolist()}, max_tokens {m}) you return "
+                      f"{outputs[i]}, the best allowed span is {references[i]}.")
+
+
+# --- Lesson 6 ---
+# Two checkers for Lesson 6's exercises: whole-word selection (§3) and replaced-token-detection
+# labels from a generator's samples (§4).
+
+from . import pretraining as _pretraining  # noqa: E402
+
+__all__ += ["check_whole_word_positions", "check_rtd_labels"]
+
+# A small vocabulary with continuation pieces: "over ##flow ##ed", "un ##sort ##ed".
+_WW_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "list", "is", "over",
+              "##flow", "##ed", "un", "##sort", "a", "stack", "."]
+_WW_SPECIAL = (0, 1, 2, 3, 4)
+
+
+def _ww_reference(ids, am, tokens, special, picked):
+    words = _pretraining.word_ids(ids, am, tokens, special)  # (b, n)
+    return (words >= 0) & picked.gather(1, words.clamp(min=0))
+
+
+def _ww_first_piece_only(ids, am, tokens, special, picked):
+    continuation = torch.tensor([t.startswith("##") for t in tokens])
+    return _ww_reference(ids, am, tokens, special, picked) & ~continuation[ids]
+
+
+def _ww_every_piece_a_word(ids, am, tokens, special, picked):
+    ordinary = (am != 0) & ~torch.isin(ids, torch.tensor(special))
+    index = ordinary.long().cumsum(dim=1) - 1  # each piece its own word
+    wide = torch.zeros(ids.shape, dtype=torch.bool)
+    wide[:, : picked.shape[1]] = picked[:, : ids.shape[1]]
+    return ordinary & wide.gather(1, index.clamp(min=0))
+
+
+def _ww_specials_are_words(ids, am, tokens, special, picked):
+    continuation = torch.tensor([t.startswith("##") for t in tokens])
+    real = am != 0
+    index = (real & ~continuation[ids]).long().cumsum(dim=1) - 1  # [CLS] is word 0
+    wide = torch.zeros((ids.shape[0], ids.shape[1] + 1), dtype=torch.bool)
+    wide[:, : picked.shape[1]] = picked
+    ordinary = real & ~torch.isin(ids, torch.tensor(special))
+    return ordinary & wide.gather(1, index.clamp(min=0))
+
+
+_WW_MISTAKES = [
+    ("only the first piece of each chosen word is selected: its '##' pieces belong to the same "
+     "word and must be selected with it (a '##' piece continues the word before it).",
+     _ww_first_piece_only),
+    ("you number every piece as a word of its own: a piece that starts with '##' continues the "
+     "previous word, so 'over ##flow ##ed' is one word, index k for all three pieces.",
+     _ww_every_piece_a_word),
+    ("your word numbering counts [CLS] (or another special token) as word 0: words are counted "
+     "over ordinary pieces only, so the first real word is word 0 and specials get no word.",
+     _ww_specials_are_words),
+]
+
+
+def _ww_cases() -> list[tuple]:
+    tokens, special = _WW_TOKENS, _WW_SPECIAL
+    # [CLS] the list is over ##flow ##ed . [SEP] and an unsorted stack, padded
+    ids = torch.tensor([[2, 5, 6, 7, 8, 9, 10, 15, 3, 0],
+                        [2, 13, 11, 12, 10, 14, 15, 3, 0, 0]])
+    am = (ids != 0).long()
+    cases = [(ids, am, tokens, special, torch.tensor([[0, 0, 0, 1, 0, 0, 0, 0, 0, 0],
+                                                      [0, 1, 0, 0, 0, 0, 0, 0, 0, 0]]).bool())]
+    g = torch.Generator().manual_seed(6)
+    words = [[5], [6], [7], [8, 9, 10], [11, 12, 10], [13], [14], [15], [8], [11, 12]]
+    for b, n_words in ((3, 5), (2, 8), (4, 3)):
+        rows = []
+        for _ in range(b):
+            k = int(torch.randint(1, n_words + 1, (1,), generator=g))
+            pieces = [p for i in torch.randint(len(words), (k,), generator=g).tolist()
+                      for p in words[i]]
+            rows.append([2, *pieces, 3])
+        n = max(len(r) for r in rows)
+        ids = torch.tensor([r + [0] * (n - len(r)) for r in rows])
+        am = (ids != 0).long()
+        picked = torch.rand((b, n), generator=g) < 0.4
+        cases.append((ids, am, tokens, special, picked))
+    return cases
+
+
+def check_whole_word_positions(fn: Callable) -> bool:
+    """Check ``fn(input_ids, attention_mask, tokens, special_ids, picked)`` (Lesson 6, §3).
+
+    ``picked`` (b, W) bool says which words of each row are chosen (word k = the k-th word of
+    the row, counted from 0 over ordinary pieces); the answer is the (b, n) bool tensor of the
+    positions to corrupt: every piece of every chosen word, nothing else.
+    """
+    _check_callable(fn)
+    cases = _ww_cases()
+    outputs = []
+    for ids, am, tokens, special, picked in cases:
+        case = f"input_ids={ids.tolist()}, picked={picked.long().tolist()}"
+        out = _as_tensor(_call(fn, (ids.clone(), am.clone(), list(tokens), special,
+                                    picked.clone()), case), "a (b, n) boolean tensor")
+        if tuple(out.shape) != tuple(ids.shape):
+            raise CheckFailed(f"your selection has shape {tuple(out.shape)} on {case}; return one "
+                              f"bool per position, shape (b, n) = {tuple(ids.shape)}.")
+        if out.dtype != torch.bool:
+            if not bool(((out == 0) | (out == 1)).all()):
+                raise CheckFailed(f"your selection holds values other than 0/1 on {case}; "
+                                  "return a boolean tensor, True = corrupt this position.")
+            out = out.bool()
+        outputs.append(out)
+    references = [_ww_reference(*c) for c in cases]
+    wrong = [i for i, (o, r) in enumerate(zip(outputs, references, strict=True))
+             if not torch.equal(o, r)]
+    if not wrong:
+        return _success("whole-word selection", fn, len(cases))
+    specials = [i for i in wrong
+                if bool((outputs[i] & torch.isin(cases[i][0], torch.tensor(_WW_SPECIAL))).any())]
+    if specials:
+        raise CheckFailed("you select special tokens or padding ([CLS], [SEP], [PAD]): they are "
+                          "never part of a word and never corrupted.")
+    message = _diagnose(outputs, cases, _WW_MISTAKES, torch.equal, wrong)
+    if message:
+        raise CheckFailed(message)
+    i = wrong[0]
+    r, c = (outputs[i] != references[i]).nonzero()[0].tolist()
+    raise CheckFailed(
+        f"your selection differs from the reference at row {r}, position {c} "
+        f"(token {_WW_TOKENS[int(cases[i][0][r, c])]!r}) on input_ids={cases[i][0].tolist()}, "
+        f"picked={cases[i][4].long().tolist()}: yours {bool(outputs[i][r, c])}, "
+        f"the reference {bool(references[i][r, c])}."
+    )
+
+
+def _rtd_reference(ids, mlm_labels, samples, am):
+    corrupted = torch.where(mlm_labels != objectives.IGNORE_INDEX, samples, ids)
+    return _pretraining.rtd_labels(ids, corrupted, am)
+
+
+def _rtd_masked_is_replaced(ids, mlm_labels, samples, am):
+    out = (mlm_labels != objectives.IGNORE_INDEX).long()
+    return out.masked_fill(am == 0, objectives.IGNORE_INDEX)
+
+
+def _rtd_pad_zero(ids, mlm_labels, samples, am):
+    out = _rtd_reference(ids, mlm_labels, samples, am)
+    return out.masked_fill(am == 0, 0)
+
+
+def _rtd_masked_only(ids, mlm_labels, samples, am):
+    out = _rtd_reference(ids, mlm_labels, samples, am)
+    return out.masked_fill(mlm_labels == objectives.IGNORE_INDEX, objectives.IGNORE_INDEX)
+
+
+def _rtd_inverted(ids, mlm_labels, samples, am):
+    out = _rtd_reference(ids, mlm_labels, samples, am)
+    return torch.where(out == objectives.IGNORE_INDEX, out, 1 - out)
+
+
+def _rtd_samples_everywhere(ids, mlm_labels, samples, am):
+    return _pretraining.rtd_labels(ids, samples, am)
+
+
+_RTD_MISTAKES = [
+    ("you label every masked position 'replaced': where the generator sampled the original "
+     "token, nothing was replaced, and ELECTRA labels it 0 (original). Compare the token the "
+     "discriminator reads with the original.", _rtd_masked_is_replaced),
+    ("you give only the masked positions a label (-100 elsewhere, as in MLM): the "
+     "discriminator is scored at every real position, and an unmasked one is original (0).",
+     _rtd_masked_only),
+    ("your labels are inverted: 1 means replaced, 0 means original.", _rtd_inverted),
+    ("padding gets the label 0: padding positions carry no loss, so their label is -100.",
+     _rtd_pad_zero),
+    ("you compare samples with input_ids at every position: the generator's samples are used "
+     "only at the masked positions (mlm_labels != -100); elsewhere the discriminator reads the "
+     "original token.", _rtd_samples_everywhere),
+]
+
+
+def _rtd_cases() -> list[tuple]:
+    ignore = objectives.IGNORE_INDEX
+    ids = torch.tensor([[2, 10, 11, 12, 13, 14, 3, 0]])
+    am = (ids != 0).long()
+    mlm = torch.full_like(ids, ignore)
+    mlm[0, [2, 4, 5]] = ids[0, [2, 4, 5]]
+    samples = torch.tensor([[7, 8, 11, 9, 20, 14, 5, 6]])  # position 2 and 5 sample the original
+    cases = [(ids, mlm, samples, am)]
+    g = torch.Generator().manual_seed(60)
+    for b, n in ((2, 9), (3, 6), (1, 12)):
+        lengths = torch.randint(3, n + 1, (b,), generator=g)
+        am = (torch.arange(n)[None, :] < lengths[:, None]).long()
+        ids = torch.randint(5, 12, (b, n), generator=g).masked_fill(am == 0, 0)
+        ids[:, 0] = 2
+        chosen = (torch.rand((b, n), generator=g) < 0.5) & (am == 1)
+        chosen[:, 0] = False
+        mlm = torch.where(chosen, ids, torch.full_like(ids, ignore))
+        samples = torch.randint(5, 12, (b, n), generator=g)  # small vocabulary: many hits
+        cases.append((ids, mlm, samples, am))
+    return cases
+
+
+def check_rtd_labels(fn: Callable) -> bool:
+    """Check ``fn(input_ids, mlm_labels, samples, attention_mask)`` (Lesson 6, §4).
+
+    ``mlm_labels`` marks the masked positions (-100 elsewhere), ``samples`` (b, n) holds the
+    generator's sampled token at every position (only the masked ones are used). The answer is
+    the discriminator's (b, n) labels: 1 = the token it reads differs from the original,
+    0 = same, -100 at padding.
+    """
+    _check_callable(fn)
+    cases = _rtd_cases()
+    outputs = []
+    for ids, mlm, samples, am in cases:
+        case = (f"input_ids={ids.tolist()}, mlm_labels={mlm.tolist()}, "
+                f"samples={samples.tolist()}, attention_mask={am.tolist()}")
+        out = _as_tensor(_call(fn, (ids.clone(), mlm.clone(), samples.clone(), am.clone()), case),
+                         "a (b, n) tensor of labels 0 / 1 / -100")
+        if tuple(out.shape) != tuple(ids.shape):
+            raise CheckFailed(f"your labels have shape {tuple(out.shape)} on {case}; return one "
+                              f"label per position, (b, n) = {tuple(ids.shape)}.")
+        if out.dtype == torch.bool:
+            raise CheckFailed("your labels are booleans; return integers: 1 = replaced, "
+                              "0 = original, -100 at padding (a boolean cannot hold -100).")
+        outputs.append(out.long())
+    references = [_rtd_reference(*c) for c in cases]
+    wrong = [i for i, (o, r) in enumerate(zip(outputs, references, strict=True))
+             if not torch.equal(o, r)]
+    if not wrong:
+        return _success("replaced-token-detection labels", fn, len(cases))
+    message = _diagnose(outputs, cases, _RTD_MISTAKES, torch.equal, wrong)
+    if message:
+        raise CheckFailed(message)
+    i = wrong[0]
+    r, c = (outputs[i] != references[i]).nonzero()[0].tolist()
+    raise CheckFailed(
+        f"your label differs from the reference at row {r}, position {c} on case {i + 1}: "
+        f"yours {int(outputs[i][r, c])}, the reference {int(references[i][r, c])} "
+        "(1 = replaced, 0 = original, -100 = padding)."
+    )
+
+
+# --- Lesson 8 ---
+# Checkers for Lesson 8's exercises: mean pooling over real tokens (§1), recall@k (§3) and the
+# in-batch-negatives loss (§5).
+
+from . import heads as _heads  # noqa: E402
+
+__all__ += ["check_mean_pooling", "check_recall_at_k", "check_in_batch_negatives_loss"]
+
+
+def _pooling_cases() -> list[tuple]:
+    """(hidden, attention_mask) cases: padding of varied amounts, with large values in the padding
+    so that any use of it shows; one batch without padding, one with a single real token."""
+    g = torch.Generator().manual_seed(8)
+    cases = []
+    for lengths, n, d in [([3, 5, 2], 5, 4), ([4, 4], 4, 3), ([1, 6, 3, 2], 6, 8), ([2, 7], 7, 5)]:
+        hidden = torch.randn(len(lengths), n, d, generator=g)  # (b, n, d)
+        mask = (torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]).long()  # (b, n)
+        hidden = hidden + (1 - mask)[..., None] * 50.0  # padding vectors far from the rest
+        cases.append((hidden, mask))
+    return cases
+
+
+def _masked_sum(hidden, mask):
+    return (hidden * mask[..., None]).sum(dim=1)
+
+
+_POOLING_MISTAKES = [
+    ("your mean includes the [PAD] positions (hidden.mean(dim=1)): multiply by the mask before "
+     "summing and divide by the number of real tokens, mask.sum(dim=1, keepdim=True).",
+     lambda h, m: h.mean(dim=1)),
+    ("you sum only the real tokens but divide by the padded length n; divide by each row's own "
+     "count of real tokens, mask.sum(dim=1, keepdim=True).",
+     lambda h, m: _masked_sum(h, m) / h.shape[1]),
+    ("you return the masked sum without dividing by the count of real tokens: that is the "
+     "mean times the length, so longer texts get longer vectors.",
+     lambda h, m: _masked_sum(h, m)),
+    ("you divide by the number of real tokens in the whole batch (mask.sum()), one number for "
+     "every row; each row needs its own count, mask.sum(dim=1, keepdim=True).",
+     lambda h, m: _masked_sum(h, m) / m.sum()),
+    ("your function returns the [CLS] vector, hidden[:, 0]; the task is the mean over real "
+     "tokens.",
+     lambda h, m: h[:, 0]),
+]
+
+
+def check_mean_pooling(fn: Callable) -> bool:
+    """Check ``fn(hidden, attention_mask)`` returns the (b, d) mean over real tokens (Lesson 8, §1).
+
+    ``hidden`` is (b, n, d); ``attention_mask`` is (b, n) with 1 for real tokens, 0 for [PAD].
+    """
+    _check_callable(fn)
+    cases = _pooling_cases()
+    outputs = []
+    for hidden, mask in cases:
+        case = f"hidden of shape {tuple(hidden.shape)} with {mask.sum(1).tolist()} real tokens"
+        out = _as_tensor(_call(fn, (hidden.clone(), mask.clone()), case),
+                         "the (b, d) tensor of mean vectors")
+        if tuple(out.shape) != (hidden.shape[0], hidden.shape[2]):
+            raise CheckFailed(f"your output has shape {tuple(out.shape)} on {case}; expected "
+                              f"(b, d) = {(hidden.shape[0], hidden.shape[2])}: one vector per "
+                              "sequence, the token axis (dim=1) averaged away.")
+        outputs.append(out.double())
+    references = [_heads.pool(h.double(), m, how="mean") for h, m in cases]
+    wrong = [i for i, (o, r) in enumerate(zip(outputs, references, strict=True))
+             if not _close(o, r)]
+    if not wrong:
+        return _success("mean pooling", fn, len(cases))
+    doubled = [(h.double(), m) for h, m in cases]
+    message = _diagnose(outputs, doubled, _POOLING_MISTAKES, _close, wrong)
+    if message:
+        raise CheckFailed(message)
+    i = wrong[0]
+    raise _differs("mean", "the mean over real tokens", outputs[i], references[i],
+                   f"hidden of shape {tuple(cases[i][0].shape)}",
+                   "compare it with encoderlab.heads.pool(hidden, mask, how='mean').")
+
+
+def _recall_reference(ranked, answers, k):
+    hits = [bool(set(row[:k]) & set(a)) for row, a in zip(ranked, answers)]
+    return sum(hits) / len(hits)
+
+
+def _recall_cases() -> list[tuple]:
+    """(ranked, answers, k): lists of document indices best first, sets of right documents."""
+    ranked = [[3, 1, 4, 0, 2], [0, 2, 1, 4, 3], [4, 3, 2, 1, 0], [1, 0, 3, 2, 4],
+              [2, 4, 0, 3, 1]]
+    answers = [{1}, {0, 3}, {0}, {2, 4}, {3}]
+    cases = [(ranked, answers, k) for k in (1, 2, 3, 4, 5)]
+    g = torch.Generator().manual_seed(8)
+    big = [torch.randperm(20, generator=g).tolist() for _ in range(12)]
+    big_answers = [set(torch.randperm(20, generator=g)[:1 + i % 3].tolist()) for i in range(12)]
+    cases += [(big, big_answers, k) for k in (1, 3, 10)]
+    return cases
+
+
+_RECALL_MISTAKES = [
+    ("you look only at the document at rank k (row[k - 1]); recall@k counts a query as found "
+     "if any of its first k documents, row[:k], is right.",
+     lambda r, a, k: sum(row[k - 1] in s for row, s in zip(r, a)) / len(r)),
+    ("you look at one document too many (row[:k + 1]); the first k documents are row[:k].",
+     lambda r, a, k: _recall_reference(r, a, k + 1)),
+    ("you look at one document too few (row[:k - 1]); the first k documents are row[:k].",
+     lambda r, a, k: _recall_reference(r, a, max(k - 1, 0))),
+    ("you return the number of queries found, not the share: divide by the number of queries.",
+     lambda r, a, k: float(sum(bool(set(row[:k]) & s) for row, s in zip(r, a)))),
+    ("you average the share of each query's right documents that are found; this course's "
+     "recall@k asks whether at least one right document is in the first k (a hit is 1 or 0 "
+     "per query).",
+     lambda r, a, k: sum(len(set(row[:k]) & s) / len(s) for row, s in zip(r, a)) / len(r)),
+    ("you ignore k and always look at the first document only.",
+     lambda r, a, k: _recall_reference(r, a, 1)),
+]
+
+
+def check_recall_at_k(fn: Callable) -> bool:
+    """Check ``fn(ranked, answers, k)`` returns the share of queries with a right document among
+    their first k (Lesson 8, §3). ``ranked[i]`` lists document indices best first (a list or a
+    tensor row); ``answers[i]`` is the set of right documents of query i."""
+    _check_callable(fn)
+    cases = _recall_cases()
+    outputs = []
+    for ranked, answers, k in cases:
+        case = f"{len(ranked)} queries, k = {k}"
+        value = _call(fn, ([list(r) for r in ranked], [set(a) for a in answers], k), case)
+        try:
+            outputs.append(float(value))
+        except (TypeError, ValueError):
+            raise CheckFailed(f"your function returned a {type(value).__name__} on {case}; "
+                              "return one number, the share of queries found.") from None
+    references = [_recall_reference(*c) for c in cases]
+
+    def same(x, y):
+        return abs(x - y) < 1e-9
+
+    wrong = [i for i, (o, r) in enumerate(zip(outputs, references, strict=True))
+             if not same(o, r)]
+    if not wrong:
+        return _success("recall@k", fn, len(cases))
+    message = _diagnose(outputs, cases, _RECALL_MISTAKES, same, wrong)
+    if message:
+        raise CheckFailed(message)
+    i = wrong[0]
+    raise CheckFailed(f"your recall@{cases[i][2]} is {outputs[i]:.4g} on {len(cases[i][0])} "
+                      f"queries; the share of queries with a right document among their first "
+                      f"{cases[i][2]} is {references[i]:.4g}.")
+
+
+def _info_nce(a, b, scale, *, normalize=True, transpose=False, reduce="mean", self_sim=False,
+              divide=False):
+    if normalize:
+        a, b = a / a.norm(dim=1, keepdim=True), b / b.norm(dim=1, keepdim=True)
+    s = a @ (a if self_sim else b).T  # (B, B)
+    logits = s / scale if divide else s * scale
+    if transpose:
+        logits = logits.T
+    labels = torch.arange(a.shape[0])
+    return torch.nn.functional.cross_entropy(logits, labels, reduction=reduce)
+
+
+def _info_nce_cases() -> list[tuple]:
+    g = torch.Generator().manual_seed(8)
+    cases = []
+    for b, d, scale in [(4, 8, 20.0), (6, 5, 20.0), (3, 16, 5.0), (8, 4, 1.0), (5, 12, 50.0)]:
+        a = torch.randn(b, d, generator=g) * 3
+        partner = a + torch.randn(b, d, generator=g)  # row i of b is close to row i of a
+        cases.append((a, partner * torch.rand(b, 1, generator=g).add(0.5), scale))
+    return cases
+
+
+_INFO_NCE_MISTAKES = [
+    ("you use raw dot products: normalise both sides' rows to unit length first, so the logits "
+     "are scale × cosine.",
+     partial(_info_nce, normalize=False)),
+    ("you divide the cosines by scale; scale is 1 / temperature, so the logits are "
+     "scale × cos(a_i, b_j).",
+     partial(_info_nce, divide=True)),
+    ("you forgot the scale: the logits are scale × cos(a_i, b_j) (with cosines in [-1, 1] alone "
+     "the softmax can barely prefer the right partner).",
+     lambda a, b, scale: _info_nce(a, b, 1.0)),
+    ("your loss sums over the batch; take the mean of the B cross-entropies "
+     "(F.cross_entropy's default).",
+     partial(_info_nce, reduce="sum")),
+    ("you compare a with itself (a @ a.T): the negatives and the positive are the rows of b.",
+     partial(_info_nce, self_sim=True)),
+    ("your softmax runs down the columns (the loss of b's rows against a's); this loss asks "
+     "each row a_i to pick its partner b_i among the batch's b's: rows of S = a bᵀ, labels "
+     "0..B-1.",
+     partial(_info_nce, transpose=True)),
+]
+
+
+def check_in_batch_negatives_loss(fn: Callable) -> bool:
+    """Check ``fn(a, b, scale)`` is InfoNCE with in-batch negatives (Lesson 8, §5): the mean
+    cross-entropy of the rows of scale · cos(a_i, b_j) against the diagonal."""
+    _check_callable(fn)
+    cases = _info_nce_cases()
+    outputs = []
+    for a, b, scale in cases:
+        case = f"a and b of shape {tuple(a.shape)}, scale = {scale:g}"
+        out = _as_tensor(_call(fn, (a.clone(), b.clone(), scale), case), "a scalar loss tensor")
+        if out.numel() != 1:
+            raise CheckFailed(f"your loss has shape {tuple(out.shape)} on {case}; return one "
+                              "number, the mean over the batch (a 0-d tensor).")
+        outputs.append(out.reshape(()).double())
+    references = [_info_nce(a.double(), b.double(), s) for a, b, s in cases]
+    wrong = [i for i, (o, r) in enumerate(zip(outputs, references, strict=True))
+             if not _close(o, r)]
+    if not wrong:
+        return _success("in-batch negatives loss", fn, len(cases))
+    doubled = [(a.double(), b.double(), s) for a, b, s in cases]
+    message = _diagnose(outputs, doubled, _INFO_NCE_MISTAKES, _close, wrong)
+    if message:
+        raise CheckFailed(message)
+    i = wrong[0]
+    raise _differs("loss", "cross_entropy(scale · cos(a, b), arange(B))", outputs[i],
+                   references[i], f"a of shape {tuple(cases[i][0].shape)}",
+                   "compare it with encoderlab.retrieval.in_batch_negatives_loss.")
+
+
+# --- Lesson 5 ---
+# Two checkers for Lesson 5's exercises: BERT's corruption (15 %, then 80/10/10; checked by its
+# statistics on a large batch, since it is random) and the loss on the chosen positions only.
+
+from torch.nn import functional as _F  # noqa: E402
+
+__all__ += ["check_mlm_corrupt", "check_masked_loss"]
+
+# --- The corruption (Lesson 5, §1) ------------------------------------------------------------
+
+_MLM_SPECIALS = (0, 1, 2, 3, 4)  # [PAD] [UNK] [CLS] [SEP] [MASK], as in data.CompactVocab
+_MLM_MASK_ID = 4
+_MLM_VOCAB = 1000
+
+
+def _mlm_batch(rows: int = 256, n: int = 96, seed: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """A large padded batch: [CLS] words [SEP] [PAD]..., with a few [UNK]s among the words."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, _MLM_VOCAB, (rows, n), generator=g)  # (rows, n): ordinary tokens
+    ids[torch.rand(rows, n, generator=g) < 0.03] = 1  # some [UNK]s: special, never chosen
+    lengths = torch.randint(12, n + 1, (rows,), generator=g)  # real tokens per row
+    mask = (torch.arange(n)[None, :] < lengths[:, None]).long()  # (rows, n)
+    ids[:, 0] = 2  # [CLS]
+    ids[torch.arange(rows), lengths - 1] = 3  # [SEP]
+    ids[mask == 0] = 0  # [PAD]
+    return ids, mask
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _corrupt_outputs(fn, ids, mask, seed: int, case: str, vocab_size: int = _MLM_VOCAB):
+    generator = torch.Generator().manual_seed(seed)
+    before = ids.clone()
+    result = _call(fn, (ids, mask, _MLM_SPECIALS, vocab_size, _MLM_MASK_ID, generator), case)
+    if not torch.equal(ids, before):
+        raise CheckFailed("your function changed input_ids in place; work on a copy "
+                          "(inputs = input_ids.clone()) and return it.")
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise CheckFailed(f"your function returned a {type(result).__name__}; return the pair "
+                          "(inputs, labels), two (b, n) tensors.")
+    inputs = _as_tensor(result[0], "inputs, a (b, n) tensor of token ids")
+    labels = _as_tensor(result[1], "labels, a (b, n) tensor of token ids and -100")
+    for name, t in (("inputs", inputs), ("labels", labels)):
+        if tuple(t.shape) != tuple(ids.shape):
+            raise CheckFailed(f"your {name} have shape {tuple(t.shape)}; return one per position, "
+                              f"(b, n) = {tuple(ids.shape)}.")
+        if t.is_floating_point() or t.dtype == torch.bool:
+            raise CheckFailed(f"your {name} have dtype {t.dtype}; token ids and labels are "
+                              "integers (torch.long).")
+    return inputs.long(), labels.long()
+
+
+def check_mlm_corrupt(fn: Callable) -> bool:
+    """Check ``fn(input_ids, attention_mask, special_ids, vocab_size, mask_id, generator)``.
+
+    (Lesson 5, §1.) The function must return ``(inputs, labels)`` as
+    :func:`encoderlab.objectives.mlm_corrupt` does with p = 0.15. Being random, it is checked by
+    its statistics on a batch of about 14,000 eligible positions (each share within five standard
+    errors of BERT's target) and by the rules that hold on every draw: specials and padding are
+    never chosen, labels are the original token where chosen and -100 elsewhere, unchosen
+    positions are untouched, random tokens are never special, and the same seed gives the same
+    result.
+    """
+    _check_callable(fn)
+    ids, mask = _mlm_batch()
+    case = "a batch of 256 sentences (vocab_size=1000, special_ids=(0, 1, 2, 3, 4), mask_id=4)"
+    inputs, labels = _corrupt_outputs(fn, ids, mask, 0, case)
+    eligible = (mask == 1) & ~torch.isin(ids, torch.tensor(_MLM_SPECIALS))  # (b, n)
+    n_eligible = int(eligible.sum())
+    ignored = labels == -100
+    if not ignored.any():
+        zeros = float((labels == 0).float().mean())
+        if zeros > 0.5:
+            raise CheckFailed("your labels mark the positions that carry no loss with 0, but 0 "
+                              "is a real token id ([PAD]); use -100, which cross_entropy ignores.")
+        raise CheckFailed("your labels hold a token at every position; a position that was not "
+                          "chosen carries no loss and must have the label -100.")
+    chosen = ~ignored
+    if (chosen & (mask == 0)).any():
+        raise CheckFailed("you chose padding positions ([PAD], attention_mask 0): only real "
+                          "tokens may be chosen.")
+    if (chosen & ~eligible).any():
+        raise CheckFailed("you chose special tokens ([CLS], [SEP] or [UNK]): a position holding "
+                          "any id in special_ids is never chosen.")
+    if not torch.equal(labels[chosen], ids[chosen]):
+        if torch.equal(labels[chosen], inputs[chosen]):
+            raise CheckFailed("your labels hold the corrupted input ([MASK] or the random token); "
+                              "they must hold the original token, the one the model must recover.")
+        raise CheckFailed("your labels at the chosen positions are not the original tokens: "
+                          "labels = input_ids where chosen, -100 elsewhere.")
+    if not torch.equal(inputs[ignored], ids[ignored]):
+        raise CheckFailed("you changed positions that were not chosen (label -100): only chosen "
+                          "positions may be corrupted.")
+    rate = int(chosen.sum()) / n_eligible
+    se = math.sqrt(0.15 * 0.85 / n_eligible)
+    if abs(rate - 0.15) > 5 * se:
+        raise CheckFailed(f"you chose {_pct(rate)} of the {n_eligible:,} eligible positions "
+                          "(real, non-special tokens); choose each with probability p = 0.15.")
+    m = int(chosen.sum())
+    to_mask = chosen & (inputs == _MLM_MASK_ID)
+    kept = chosen & (inputs == ids)
+    to_random = chosen & ~to_mask & ~kept
+    if to_random.any():
+        drawn = inputs[to_random]
+        if bool(torch.isin(drawn, torch.tensor(_MLM_SPECIALS)).any()):
+            raise CheckFailed("some of your random replacements are special tokens; draw the "
+                              "random token from the ordinary ids only (not in special_ids).")
+        if bool((drawn < 0).any() or (drawn >= _MLM_VOCAB).any()):
+            raise CheckFailed("some of your random replacements lie outside 0..vocab_size - 1.")
+    shares = [int(x.sum()) / m for x in (to_mask, to_random, kept)]
+    targets = (0.8, 0.1, 0.1)
+    if any(abs(s - t) > 5 * math.sqrt(t * (1 - t) / m) for s, t in zip(shares, targets,
+                                                                        strict=True)):
+        said = (f"of the chosen positions, {_pct(shares[0])} became [MASK], {_pct(shares[1])} "
+                f"a random token and {_pct(shares[2])} stayed unchanged; BERT's split is "
+                "80 / 10 / 10")
+        if shares[0] > 0.97:
+            raise CheckFailed(said + ": you replace every chosen token with [MASK].")
+        if shares[1] < 0.02:
+            raise CheckFailed(said + ": you never put in a random token.")
+        if shares[2] < 0.02:
+            raise CheckFailed(said + ": you never leave a chosen token unchanged.")
+        raise CheckFailed(said + ". Draw one number per chosen position: below 0.8 -> [MASK], "
+                                 "0.8 to 0.9 -> random, 0.9 and above -> unchanged.")
+    # A vocabulary of 3 ordinary tokens: a random token drawn from all 8 ids is often special.
+    small = ids.remainder(3) + 5
+    small[ids < 5] = ids[ids < 5]  # the same specials and padding
+    small_case = "a batch whose vocabulary has 3 ordinary tokens (vocab_size=8)"
+    s_inputs, s_labels = _corrupt_outputs(fn, small, mask, 2, small_case, vocab_size=8)
+    s_changed = (s_labels != -100) & (s_inputs != _MLM_MASK_ID) & (s_inputs != small)
+    if bool(torch.isin(s_inputs[s_changed], torch.tensor(_MLM_SPECIALS)).any()):
+        raise CheckFailed("some of your random replacements are special tokens (seen on "
+                          f"{small_case}); draw the random token from the ordinary ids only.")
+    again = _corrupt_outputs(fn, ids, mask, 0, case)
+    if not (torch.equal(again[0], inputs) and torch.equal(again[1], labels)):
+        raise CheckFailed("two calls with generators seeded alike gave different results: draw "
+                          "every random number from `generator` (torch.rand(..., "
+                          "generator=generator)).")
+    other = _corrupt_outputs(fn, ids, mask, 1, case)
+    if torch.equal(other[1], labels):
+        raise CheckFailed("generators with different seeds gave the same choice of positions: "
+                          "draw the positions at random, from `generator`.")
+    print(f"✓ MLM corruption ({_name(fn)}): {n_eligible:,} eligible positions, 15 % chosen and "
+          "80 / 10 / 10 within 5 standard errors; no special or padding position chosen; "
+          "reproducible")
+    return True
+
+
+# --- The loss on the chosen positions (Lesson 5, §1) -------------------------------------------
+
+
+def _masked_loss_reference(logits, labels):
+    scored = labels != -100
+    if not scored.any():
+        return torch.tensor(0.0)
+    return _F.cross_entropy(logits[scored], labels[scored])
+
+
+def _masked_loss_all_positions(logits, labels):  # divides by b * n, not by the chosen count
+    total = _F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
+                             reduction="sum")
+    return total / labels.numel()
+
+
+def _masked_loss_sum(logits, labels):
+    return _F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
+                            reduction="sum")
+
+
+def _masked_loss_per_row(logits, labels):  # the mean of the sequences' means
+    rows = [_F.cross_entropy(lg[lb != -100], lb[lb != -100]) for lg, lb in zip(logits, labels,
+                                                                                strict=True)
+            if (lb != -100).any()]
+    return torch.stack(rows).mean() if rows else torch.tensor(0.0)
+
+
+def _masked_loss_nan_when_empty(logits, labels):
+    return _F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+def _masked_loss_negated(logits, labels):
+    return -_masked_loss_reference(logits, labels)
+
+
+def _masked_loss_probabilities(logits, labels):  # 1 - p instead of -log p
+    scored = labels != -100
+    if not scored.any():
+        return torch.tensor(0.0)
+    p = torch.softmax(logits[scored], dim=-1).gather(-1, labels[scored][:, None])
+    return (1 - p).mean()
+
+
+_MASKED_LOSS_MISTAKES = [
+    ("with no chosen position your loss is NaN (a mean over nothing); return 0 then: a batch "
+     "without chosen positions carries no signal.", _masked_loss_nan_when_empty),
+    ("you divide by all b * n positions; the loss is the mean over the chosen positions only, so "
+     "divide by their number.", _masked_loss_all_positions),
+    ("you sum the losses of the chosen positions; take their mean.", _masked_loss_sum),
+    ("you average each sequence's loss, then the sequences; average over all chosen positions "
+     "together, so that a sequence with more of them counts more.", _masked_loss_per_row),
+    ("your loss has the wrong sign: cross-entropy is -log p of the right token, a positive "
+     "number.", _masked_loss_negated),
+    ("you use 1 - p of the right token; the loss is -log p (cross-entropy).",
+     _masked_loss_probabilities),
+]
+
+
+def _masked_loss_cases() -> list[tuple]:
+    g = torch.Generator().manual_seed(11)
+    cases = []
+    logits = torch.randn(2, 5, 7, generator=g)
+    labels = torch.tensor([[-100, 3, -100, -100, 6], [1, -100, -100, 2, -100]])
+    cases.append((logits, labels))
+    logits = torch.randn(2, 6, 9, generator=g)
+    labels = torch.tensor([[4, 0, 8, 2, -100, 5], [-100, -100, -100, -100, 7, -100]])
+    cases.append((logits, labels))  # rows with 5 and 1 chosen: per-row means differ
+    cases.append((torch.randn(1, 4, 5, generator=g), torch.full((1, 4), -100)))  # none chosen
+    logits = torch.randn(3, 8, 11, generator=g)
+    labels = torch.randint(11, (3, 8), generator=g)
+    labels[torch.rand(3, 8, generator=g) > 0.3] = -100
+    labels[0, 0] = 5  # at least one chosen
+    cases.append((logits, labels))
+    cases.append((torch.randn(2, 3, 4, generator=g), torch.randint(4, (2, 3), generator=g)))
+    return cases
+
+
+def check_masked_loss(fn: Callable) -> bool:
+    """Check ``fn(logits, labels) -> loss``: cross-entropy at the chosen positions (Lesson 5, §1).
+
+    ``logits`` (b, n, V), ``labels`` (b, n) with -100 where no loss is taken; the answer is the
+    mean of -log p(right token) over the chosen positions, and 0 when none is chosen (as
+    :func:`encoderlab.objectives.mlm_loss`).
+    """
+    _check_callable(fn)
+    cases = _masked_loss_cases()
+    outputs = []
+    for logits, labels in cases:
+        case = f"logits of shape {tuple(logits.shape)}, labels {labels.tolist()}"
+        out = _as_tensor(_call(fn, (logits.clone(), labels.clone()), case), "a 0-d loss tensor")
+        if out.numel() != 1:
+            raise CheckFailed(f"your loss has shape {tuple(out.shape)} on {case}; return one "
+                              "number, the mean over the chosen positions.")
+        outputs.append(out.reshape(()).double())
+    references = [_masked_loss_reference(*c).double() for c in cases]
+    wrong = [i for i, (o, r) in enumerate(zip(outputs, references, strict=True))
+             if not _close(o, r)]
+    if not wrong:
+        return _success("masked-token loss", fn, len(cases))
+    message = _diagnose(outputs, cases, _MASKED_LOSS_MISTAKES,
+                        lambda a, b: _close(a, b.double()), wrong)
+    if message:
+        raise CheckFailed(message)
+    i = wrong[0]
+    raise CheckFailed(
+        f"your loss is {float(outputs[i]):.4f} but the mean cross-entropy over the chosen "
+        f"positions is {float(references[i]):.4f} on case {i + 1} (labels "
+        f"{cases[i][1].tolist()}); take -log_softmax at the right token where labels != -100."
+    )

@@ -91,12 +91,15 @@ import hashlib  # noqa: E402
 import importlib  # noqa: E402
 import inspect  # noqa: E402
 import re  # noqa: E402
+import sys  # noqa: E402
 import warnings  # noqa: E402
 from collections import Counter  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 __all__ += [  # noqa: F405
     "DOC_MODULES",
+    "module_docstrings",
+    "sentences_of",
     "python_docs_sentences",
     "Corpus",
     "python_docs_corpus",
@@ -142,20 +145,34 @@ def _is_sentence(s: str) -> bool:
     return plain >= 0.8 * len(words)  # mostly words, not code or numbers
 
 
-def _docstrings(module_names) -> list[str]:
+def module_docstrings(module_names) -> list[str]:
     """The docstrings of each module, its public names and their public methods, in order."""
     texts = []
-    for module_name in module_names:
-        module = importlib.import_module(module_name)
-        texts.append(inspect.getdoc(module) or "")
-        for name, obj in sorted(vars(module).items()):
-            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+    with warnings.catch_warnings():  # reading some deprecated aliases' docstrings warns
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for module_name in module_names:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:  # e.g. a Python built without Tk: the fingerprint will differ
                 continue
-            texts.append(inspect.getdoc(obj) or "")
-            if inspect.isclass(obj):
-                for attr, member in sorted(vars(obj).items()):
-                    if not attr.startswith("_") and callable(member):
-                        texts.append(inspect.getdoc(member) or "")
+            texts += _docstrings_of(module)
+    return texts
+
+
+def _docstrings_of(module) -> list[str]:
+    texts = [inspect.getdoc(module) or ""]
+    for name, obj in sorted(vars(module).items()):
+        if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+            continue  # private, or imported from elsewhere
+        texts.append(inspect.getdoc(obj) or "")
+        if inspect.isclass(obj):
+            for attr, member in sorted(vars(obj).items()):
+                # methods from the standard library only: other packages (transformers, for
+                # one) add methods to standard classes such as logging.Logger when imported
+                home = (getattr(member, "__module__", None) or "builtins").split(".")[0]
+                standard = home in sys.stdlib_module_names
+                if not attr.startswith("_") and callable(member) and standard:
+                    texts.append(inspect.getdoc(member) or "")
     return texts
 
 
@@ -170,9 +187,15 @@ def python_docs_sentences() -> list[str]:
     from pydoc_data.topics import topics
 
     texts = [topics[name] for name in sorted(topics)]
-    with warnings.catch_warnings():  # reading some deprecated aliases' docstrings warns
-        warnings.simplefilter("ignore", DeprecationWarning)
-        texts += _docstrings(DOC_MODULES)
+    return sentences_of(texts + module_docstrings(DOC_MODULES))
+
+
+def sentences_of(texts) -> list[str]:
+    """The prose sentences of ``texts``, each once, in order of first appearance (Lessons 5-8).
+
+    Paragraphs of code, grammar and headings are dropped; a sentence has 6 to 40 words,
+    mostly plain words, and starts with a capital and ends with . ! or ?.
+    """
     seen: dict[str, None] = {}
     for text in texts:
         for paragraph in _prose_paragraphs(text):
@@ -233,7 +256,27 @@ class CompactVocab:
             (p for p, c in counts.items() if c >= min_count and p not in self.SPECIALS),
             key=lambda p: (-counts[p], p),  # most frequent first, ties alphabetical
         )
-        self.tokens = [*self.SPECIALS, *kept]
+        self._set_tokens([*self.SPECIALS, *kept])
+
+    @classmethod
+    def from_tokens(cls, tokenizer, tokens: list[str]) -> CompactVocab:
+        """The vocabulary with exactly these ``tokens`` (id i = ``tokens[i]``), e.g. the list
+        saved with a trained model, whose output layer is tied to it."""
+        tokens = list(tokens)
+        if tokens[: len(cls.SPECIALS)] != list(cls.SPECIALS):
+            raise ValueError(
+                f"tokens must start with the specials {list(cls.SPECIALS)}, got "
+                f"{tokens[:5]}. Pass the vocabulary saved with the model, in id order."
+            )
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("tokens must be distinct: each token has one id.")
+        vocab = cls.__new__(cls)
+        vocab.tokenizer = tokenizer
+        vocab._set_tokens(tokens)
+        return vocab
+
+    def _set_tokens(self, tokens: list[str]) -> None:
+        self.tokens = tokens
         self.index = {token: i for i, token in enumerate(self.tokens)}
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = range(5)
         self.special_ids = (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)

@@ -1528,3 +1528,616 @@ def tile_grid(mask, block_size: int, ax=None, title: str | None = None, role: st
     label = f"{len(computed)}/{states.size} tiles"
     ax.set_title(f"{title}\n{label}" if title else label)
     return ax
+
+
+# --- Lesson 9 (GPU) ---
+# A GPU run of the causal skip (Lesson 3, §4; Lesson 9, §8): full / causal time of torch's SDPA
+# and of the course's Triton kernel against the tile-count ratio, from bench's GPU rows.
+
+__all__ += ["gpu_speedups"]
+
+
+def gpu_speedups(record, ax=None, recorded: bool = True):
+    """One GPU run's speedups full / causal, SDPA and the Triton kernel, over n (Lesson 9, §8).
+
+    ``record`` is a dict of :func:`encoderlab.bench.gpu_attention_record` (this run,
+    ``recorded=False``: filled circles) or of :func:`encoderlab.bench.recorded_gpu_results`
+    (``recorded=True``: open squares). The dotted line is the tile-count ratio 2T/(T+1);
+    the title names the device and the date. Returns the Axes.
+    """
+    rows = record["rows"]
+    return speedup_vs_ratio(
+        [row["n"] for row in rows],
+        {"SDPA, is_causal": [row["sdpa_speedup"] for row in rows],
+         "Triton kernel, tiles skipped": [row["triton_speedup"] for row in rows]},
+        ideal=[row["tile_ratio"] for row in rows],
+        ideal_label=f"ideal: tiles 2T/(T+1), block {record.get('block', 64)}",
+        ax=ax,
+        recorded=recorded,
+        ylabel="time full / time causal",
+        title=f"{record['device']}, {record.get('dtype', 'float16')} ({record['date']})",
+    )
+
+
+# --- Lesson 7 ---
+# Fine-tuning's figures: learning curves of several runs (held-out score against steps), a
+# confusion matrix, BIO tags on a sentence (gold against predicted), and the start / end
+# probabilities of a span extractor over the context.
+
+__all__ += ["learning_curves", "confusion_heatmap", "tag_grid", "span_probabilities",
+            "ENTITY_COLORS"]
+
+ENTITY_COLORS = {"PER": "#E69F00", "LOC": "#009E73", "DATE": "#56B4E9", "O": "#F2F2F2"}
+
+
+def learning_curves(
+    curves: Mapping[str, tuple],
+    ax=None,
+    xlabel: str = "training step",
+    ylabel: str = "held-out accuracy (%)",
+    styles: Mapping[str, dict] | None = None,
+    hlines: Mapping[str, float] | None = None,
+    title: str | None = None,
+    legend: str | None = "lower right",
+):
+    """Held-out score against training steps, one line with markers per run (Lesson 7, §3).
+
+    ``curves`` maps a run's name to ``(steps, values)``; runs may be measured at different
+    steps. ``hlines`` draws dotted reference levels, e.g. ``{"chance": 25}``. Returns the Axes.
+    """
+    if not curves:
+        raise ValueError("learning_curves() needs at least one run, got none.")
+    ax = _new_axes(ax, figsize=(6.0, 3.6))
+    extra = iter([COLORS["encoder"], COLORS["library"], *_EXTRA_COLORS] * 2)
+    for name, pair in curves.items():
+        if len(pair) != 2:
+            raise ValueError(f"curve {name!r} must be a pair (steps, values), got "
+                             f"{len(pair)} items.")
+        xs, ys = _as_array(pair[0]), _as_array(pair[1])
+        if xs.shape != ys.shape:
+            raise ValueError(f"curve {name!r} has {xs.size} steps but {ys.size} values.")
+        kwargs = {"color": next(extra), "linestyle": "-", "marker": MARKERS["measured"],
+                  "markersize": 4}
+        kwargs.update((styles or {}).get(name, {}))
+        ax.plot(xs, ys, label=name, **kwargs)
+    for name, level in (hlines or {}).items():
+        ax.axhline(level, color=COLORS["reference"], linestyle=LINESTYLES["theory"],
+                   linewidth=1.2, label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    if legend:
+        ax.legend(loc=legend)
+    return ax
+
+
+def confusion_heatmap(matrix, labels: Sequence[str], ax=None, title: str | None = None,
+                      colorbar: bool = False):
+    """A confusion matrix: rows = gold class, columns = predicted class, counts in the cells.
+
+    (Lesson 7, §3.) Cells are shaded by the fraction of their row (white 0 to encoder blue 1),
+    so each row reads as "where the examples of this class went". Returns the Axes.
+    """
+    m = _as_array(matrix)
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        raise ValueError(f"confusion_heatmap draws a square (C, C) matrix, got shape {m.shape}.")
+    if len(labels) != m.shape[0]:
+        raise ValueError(f"labels must name the {m.shape[0]} classes, got {len(labels)}.")
+    rows = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
+    ax = _new_axes(ax, figsize=(1.6 + 1.0 * len(labels), 1.2 + 0.8 * len(labels)))
+    cmap = LinearSegmentedColormap.from_list("encoderlab_confusion",
+                                             ["#FFFFFF", COLORS["encoder"]])
+    image = ax.imshow(rows, cmap=cmap, vmin=0.0, vmax=1.0)
+    for g in range(m.shape[0]):
+        for p in range(m.shape[1]):
+            ax.text(p, g, f"{int(m[g, p])}", ha="center", va="center", fontsize=10,
+                    color="white" if rows[g, p] > 0.55 else "#1A1A1A", gid="count")
+    ax.set_xticks(range(len(labels)), labels=labels, rotation=30, ha="right")
+    ax.set_yticks(range(len(labels)), labels=labels)
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("gold class")
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="fraction of the row")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def _entity_type(tag: str) -> str:
+    return "O" if tag == "O" else tag[2:]
+
+
+def tag_grid(words: Sequence[str], rows: Mapping[str, Sequence[str]], ax=None,
+             title: str | None = None):
+    """BIO tags of one sentence, one row per tagging (e.g. gold, predicted) (Lesson 7, §4).
+
+    Each cell holds a word and its tag, coloured by entity type (``ENTITY_COLORS``); a thick
+    dark bar marks where an entity begins (a B- tag). In every row after the first, a cell
+    whose tag differs from the first row's is outlined in the highlight colour. Returns the Axes.
+    """
+    words = list(words)
+    names = list(rows)
+    if not names:
+        raise ValueError("tag_grid needs at least one row of tags, got none.")
+    for name in names:
+        if len(rows[name]) != len(words):
+            raise ValueError(f"row {name!r} has {len(rows[name])} tags for {len(words)} words.")
+    width = max(0.62, 0.085 * max(max(len(w) for w in words), 6) + 0.1)
+    ax = _new_axes(ax, figsize=(1.6 + width * len(words), 0.7 + 0.75 * len(names)))
+    reference = list(rows[names[0]])
+    for r, name in enumerate(names):
+        for i, (word, tag) in enumerate(zip(words, rows[name])):
+            kind = _entity_type(tag)
+            ax.add_patch(Rectangle((i - 0.5, r - 0.5), 1, 1, edgecolor="white", linewidth=1.5,
+                                   facecolor=ENTITY_COLORS.get(kind, _EXTRA_COLORS[1]),
+                                   gid=f"tag-{tag}"))
+            if tag.startswith("B-"):
+                ax.add_patch(Rectangle((i - 0.5, r - 0.46), 0.09, 0.92, facecolor="#1A1A1A",
+                                       linewidth=0, gid="begin"))
+            ax.text(i, r - 0.12, word, ha="center", va="center", fontsize=9, color="#1A1A1A")
+            ax.text(i, r + 0.24, tag, ha="center", va="center", fontsize=7, color="#3A3A3A")
+            if r > 0 and tag != reference[i]:
+                _highlight_cells(ax, [(r, i)])
+    ax.set_xlim(-0.5, len(words) - 0.5)
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.set_xticks([])
+    ax.set_yticks(range(len(names)), labels=names)
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    kinds = sorted({_entity_type(t) for name in names for t in rows[name]} - {"O"})
+    handles = [Patch(facecolor=ENTITY_COLORS.get(k, _EXTRA_COLORS[1]), label=k) for k in kinds]
+    handles.append(Patch(facecolor="white", edgecolor=COLORS["highlight"], linewidth=2,
+                         label="differs from the first row"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02),
+              ncol=len(handles), borderaxespad=0.0)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def span_probabilities(tokens: Sequence[str], p_start, p_end, gold: tuple[int, int],
+                       predicted: tuple[int, int] | None = None, ax=None,
+                       title: str | None = None):
+    """P(start = i) above the axis and P(end = i) below it, for the context tokens (Lesson 7, §5).
+
+    ``gold`` and ``predicted`` are (start, end) token indices into ``tokens``, end inclusive;
+    the gold span is shaded, the predicted one outlined. Returns the Axes.
+    """
+    tokens = list(tokens)
+    p_start, p_end = _as_array(p_start), _as_array(p_end)
+    if p_start.shape != (len(tokens),) or p_end.shape != (len(tokens),):
+        raise ValueError(f"p_start and p_end need one probability per token ({len(tokens)}), got "
+                         f"shapes {p_start.shape} and {p_end.shape}.")
+    ax = _new_axes(ax, figsize=(max(6.0, 0.36 * len(tokens) + 1.2), 3.6))
+    xs = np.arange(len(tokens))
+    ax.axvspan(gold[0] - 0.5, gold[1] + 0.5, color=COLORS["cross"], alpha=0.15, linewidth=0,
+               label="gold answer")
+    ax.bar(xs, p_start, width=0.7, color=COLORS["encoder"], label="P(start = i)")
+    ax.bar(xs, -p_end, width=0.7, color=COLORS["library"], label="P(end = i)")
+    if predicted is not None:
+        ax.add_patch(Rectangle((predicted[0] - 0.5, -1.05), predicted[1] - predicted[0] + 1,
+                               2.1, fill=False, edgecolor="#1A1A1A", linestyle="-",
+                               linewidth=1.4, label="predicted span", gid="predicted"))
+    ax.axhline(0, color="#1A1A1A", linewidth=0.8)
+    ax.set_ylim(-1.1, 1.1)
+    ax.set_yticks([-1, -0.5, 0, 0.5, 1], labels=["1", "0.5", "0", "0.5", "1"])
+    ax.set_ylabel("P(end)      P(start)")
+    ax.set_xticks(xs, labels=tokens, rotation=90)
+    ax.set_xlim(-0.6, len(tokens) - 0.4)
+    ax.tick_params(axis="x", length=0)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+# --- Lesson 6 ---
+# Pretraining recipes: one sentence under each corruption (a grid of tokens coloured by what
+# happened to them), labelled bars (signal per token, probe accuracies), and a metric against
+# training compute.
+
+__all__ += ["CORRUPTION_COLORS", "corruption_grid", "labelled_bars", "metric_vs_compute"]
+
+# What happened to a token, and whether its position carries loss (Lesson 6).
+CORRUPTION_COLORS = {
+    "plain": ("#F4F4F4", "no loss"),
+    "mask": (COLORS["encoder"], "[MASK], scored"),
+    "random": (COLORS["library"], "random token, scored"),
+    "kept": (COLORS["highlight"], "unchanged, scored"),
+    "replaced": (COLORS["decoder"], "replaced by the generator, label 1"),
+    "original": ("#BFE3D3", "original, label 0 (scored)"),
+}
+
+
+def corruption_grid(
+    rows,
+    kinds,
+    row_labels: Sequence[str] | None = None,
+    ax=None,
+    title: str | None = None,
+    legend: bool = True,
+):
+    """One sentence under several corruptions: rows = recipes, columns = positions (Lesson 6).
+
+    ``rows`` are lists of token strings (what the model reads), ``kinds`` the same shape of
+    keys of :data:`CORRUPTION_COLORS` ("plain", "mask", "random", "kept", "replaced",
+    "original"): each cell is coloured by what happened to its token. Rows may differ in
+    length (shorter rows end early). Returns the Axes.
+    """
+    rows = [list(r) for r in rows]
+    kinds = [list(k) for k in kinds]
+    if not rows or len(rows) != len(kinds):
+        raise ValueError(f"corruption_grid needs one kinds row per tokens row, got {len(rows)} "
+                         f"and {len(kinds)}.")
+    for r, (toks, ks) in enumerate(zip(rows, kinds)):
+        if len(toks) != len(ks):
+            raise ValueError(f"row {r}: {len(toks)} tokens but {len(ks)} kinds; give one kind "
+                             "per token.")
+        unknown = sorted(set(ks) - set(CORRUPTION_COLORS))
+        if unknown:
+            raise ValueError(f"row {r}: unknown kinds {unknown}; use {list(CORRUPTION_COLORS)}.")
+    if row_labels is not None and len(row_labels) != len(rows):
+        raise ValueError(f"row_labels must name {len(rows)} rows, got {len(row_labels)}.")
+    n_cols = max(len(r) for r in rows)
+    longest = max(len(t) for r in rows for t in r)
+    width = max(0.5, 0.07 * longest + 0.15)
+    ax = _new_axes(ax, figsize=(2.2 + width * n_cols, 0.9 + 0.42 * len(rows)))
+    dark = {"mask", "replaced"}
+    for r, (toks, ks) in enumerate(zip(rows, kinds)):
+        for i, (token, kind) in enumerate(zip(toks, ks)):
+            face = CORRUPTION_COLORS[kind][0]
+            ax.add_patch(Rectangle((i - 0.5, r - 0.5), 1, 1, facecolor=face, edgecolor="white",
+                                   linewidth=1.5, gid=kind))
+            ax.text(i, r, token, ha="center", va="center", fontsize=8,
+                    color="white" if kind in dark else "#1A1A1A")
+    ax.set_xlim(-0.5, n_cols - 0.5)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.xaxis.tick_top()
+    ax.set_xticks(range(n_cols))
+    ax.set_yticks(range(len(rows)), labels=row_labels or [f"row {r}" for r in range(len(rows))])
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    if title:
+        ax.set_title(title, pad=18)
+    if legend:
+        used = [k for k in CORRUPTION_COLORS if any(k in ks for ks in kinds)]
+        handles = [Patch(facecolor=CORRUPTION_COLORS[k][0], edgecolor="#BBBBBB", linewidth=0.5,
+                         label=CORRUPTION_COLORS[k][1]) for k in used]
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02),
+                  ncol=min(len(handles), 3), borderaxespad=0.0)
+    return ax
+
+
+def labelled_bars(
+    values: Mapping[str, float],
+    ax=None,
+    xlabel: str = "",
+    fmt: str = "{:.2f}",
+    colors: Mapping[str, str] | None = None,
+    lines: Mapping[str, float] | None = None,
+    xlim: tuple[float, float] | None = None,
+    title: str | None = None,
+):
+    """Horizontal bars, one per name, each labelled with its value (Lesson 6, Figures 3 and 5).
+
+    ``colors`` picks a bar's colour by name (default: the encoder's blue); ``lines`` draws
+    dotted vertical reference levels, e.g. ``{"chance": 0.5}``. Returns the Axes.
+    """
+    if not values:
+        raise ValueError("labelled_bars() needs at least one value, got none.")
+    names = list(values)
+    heights = [float(values[k]) for k in names]
+    ax = _new_axes(ax, figsize=(6.4, 0.45 * len(names) + 1.0))
+    face = [(colors or {}).get(k, COLORS["encoder"]) for k in names]
+    bars = ax.barh(range(len(names)), heights, color=face, height=0.62)
+    ax.bar_label(bars, labels=[fmt.format(h) for h in heights], fontsize=8, padding=3)
+    for label, level in (lines or {}).items():
+        ax.axvline(level, color=COLORS["reference"], linestyle=LINESTYLES["theory"],
+                   linewidth=1.2, label=label)
+    ax.set_yticks(range(len(names)), labels=names)
+    ax.invert_yaxis()  # the first name on top
+    ax.set_xlabel(xlabel)
+    if xlim is not None:
+        ax.set_xlim(*xlim)
+    else:
+        ax.set_xlim(0, max(heights) * 1.18 if max(heights) > 0 else 1)
+    ax.grid(axis="x")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    if lines:
+        ax.legend(loc="lower right")
+    return ax
+
+
+def metric_vs_compute(
+    series: Mapping[str, tuple],
+    ax=None,
+    xlabel: str = "training compute (PFLOP)",
+    ylabel: str = "held-out probe accuracy",
+    hlines: Mapping[str, float] | None = None,
+    styles: Mapping[str, dict] | None = None,
+    title: str | None = None,
+):
+    """A measured metric against training compute, one line of markers per run (Lesson 6, §6).
+
+    ``series`` maps a run's name to ``(x, y)`` sequences (e.g. cumulative FLOPs and probe
+    accuracy at each probe); ``hlines`` draws dotted reference levels. Returns the Axes.
+    """
+    if not series:
+        raise ValueError("metric_vs_compute() needs at least one series, got none.")
+    ax = _new_axes(ax, figsize=(5.6, 3.4))
+    extra = iter(_EXTRA_COLORS * 4)
+    for name, (xs, ys) in series.items():
+        kwargs = style(name) or {"color": next(extra), "linestyle": "-"}
+        kwargs.update({"marker": MARKERS["measured"]})
+        kwargs.update((styles or {}).get(name, {}))
+        ax.plot(_as_array(xs), _as_array(ys), label=name, **kwargs)
+    for name, level in (hlines or {}).items():
+        ax.axhline(level, color=COLORS["reference"], linestyle=LINESTYLES["theory"],
+                   linewidth=1.2, label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y")
+    if title:
+        ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return ax
+
+
+# --- Lesson 8 ---
+# Retrieval figures: recall by method as grouped bars, and a query × document score map with the
+# known answers outlined and each query's top document marked.
+
+__all__ += ["recall_bars", "retrieval_heatmap"]
+
+# One colour per cut-off k: the encoder's blue for the strict recall@1, sky blue for looser ones.
+_RECALL_COLORS = [COLORS["encoder"], COLORS["highlight"], "#B9D6EA", "#999999"]
+
+
+def recall_bars(
+    results: Mapping[str, Mapping[str, float]],
+    ax=None,
+    title: str | None = None,
+    ylabel: str = "share of queries",
+    ylim: tuple[float, float] = (0.0, 1.0),
+    legend: str | None = "upper right",
+):
+    """Grouped bars: one group per method (``results``' keys), one bar per metric (Lesson 8, §3).
+
+    ``results`` maps a method to its metrics, e.g. ``{"mean": {"recall@1": 0.59, "recall@5":
+    0.82}, ...}``; every method must have the same metrics. Each bar has its value written on it
+    (gid "value"). Returns the Axes.
+    """
+    if not results:
+        raise ValueError("recall_bars() needs at least one method, got none.")
+    metrics = list(next(iter(results.values())))
+    for method, values in results.items():
+        if list(values) != metrics:
+            raise ValueError(
+                f"every method needs the same metrics {metrics}; {method!r} has {list(values)}."
+            )
+    ax = _new_axes(ax, figsize=(1.2 + 1.15 * len(results), 3.3))
+    width = 0.8 / len(metrics)
+    centres = np.arange(len(results))
+    for k, metric in enumerate(metrics):
+        xs = centres - 0.4 + width * (k + 0.5)
+        values = [float(v[metric]) for v in results.values()]
+        color = _RECALL_COLORS[k % len(_RECALL_COLORS)]
+        ax.bar(xs, values, width=width * 0.92, color=color, label=metric, zorder=2)
+        for x, v in zip(xs, values):
+            ax.text(x, v + 0.015 * (ylim[1] - ylim[0]), f"{v:.2f}", ha="center", va="bottom",
+                    fontsize=8, gid="value")
+    ax.set_xticks(centres, labels=list(results))
+    ax.set_ylim(*ylim)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    if legend:
+        ax.legend(loc=legend, ncols=len(metrics))
+    return ax
+
+
+def retrieval_heatmap(
+    scores,
+    query_labels: Sequence[str],
+    doc_labels: Sequence[str],
+    answers: Sequence | None = None,
+    ax=None,
+    title: str | None = None,
+    colorbar: bool = True,
+    colorbar_label: str = "cosine similarity",
+):
+    """A (n_q, n_d) matrix of query–document scores (Lesson 8, §3, Figure 2).
+
+    Rows are queries, columns documents, on the similarity colours of :func:`similarity_heatmap`
+    (white = the smallest score shown, dark blue = the largest). ``answers[i]`` (a set of column
+    indices) outlines query i's right documents in black (gid "answer"); each row's highest
+    score gets a dot (gid "top1"), so a dot inside an outline is a hit at rank 1. Returns the Axes.
+    """
+    s = _squeeze_to_2d(_as_array(scores), "retrieval_heatmap")
+    n_q, n_d = s.shape
+    if len(query_labels) != n_q or len(doc_labels) != n_d:
+        raise ValueError(
+            f"retrieval_heatmap: {n_q} queries and {n_d} documents need as many labels, got "
+            f"{len(query_labels)} query labels and {len(doc_labels)} document labels."
+        )
+    if answers is not None and len(answers) != n_q:
+        raise ValueError(f"answers must have one set per query: {n_q} queries, "
+                         f"{len(answers)} answer sets.")
+    ax = _new_axes(ax, figsize=(2.8 + 0.3 * n_d, 1.4 + 0.3 * n_q))
+    image = ax.imshow(s, cmap=SIMILARITY_CMAP, vmin=float(s.min()), vmax=float(s.max()),
+                      aspect="equal")
+    ax.set_xticks(range(n_d), labels=list(doc_labels), rotation=90)
+    ax.set_yticks(range(n_q), labels=list(query_labels))
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    ax.set_xlabel("document (topic)")
+    for i, row in enumerate(answers or []):
+        for j in row:
+            if not 0 <= j < n_d:
+                raise ValueError(f"answer {j} of query {i} is not a column (0 to {n_d - 1}).")
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, linewidth=1.6,
+                                   edgecolor=COLORS["reference"], zorder=4, gid="answer"))
+    best = s.argmax(axis=1)
+    ax.scatter(best, np.arange(n_q), s=14, color=COLORS["library"], edgecolors="#222222",
+               linewidths=0.6, zorder=5, gid="top1")
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        bar = ax.figure.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
+        bar.set_label(colorbar_label)
+        bar.outline.set_visible(False)
+    return ax
+
+
+# --- Lesson 5 ---
+# Masked language modelling: measured shares against their targets, the k most probable tokens
+# for a hidden position, and grouped accuracy bars for several models on several blank sets.
+
+__all__ += ["target_bars", "top_k_bars", "accuracy_bars"]
+
+
+def target_bars(
+    measured: Mapping[str, float],
+    targets: Mapping[str, float],
+    ax=None,
+    ylabel: str = "share",
+    title: str | None = None,
+    fmt: str = "{:.3f}",
+    role: str = "library",
+):
+    """Measured shares as bars, each with its target as a dotted black bar top (Lesson 5, §1).
+
+    ``measured`` and ``targets`` map the same names (e.g. ``"[MASK]"``, ``"random"``,
+    ``"unchanged"``) to numbers; each bar is labelled with its value, and the target with a
+    dotted line across the bar. ``role`` picks the bars' colour. Returns the Axes.
+    """
+    names = list(measured)
+    if not names:
+        raise ValueError("target_bars() needs at least one measured value, got none.")
+    missing = [name for name in names if name not in targets]
+    if missing:
+        raise ValueError(f"targets has no value for {missing}; give one target per bar.")
+    if role not in COLORS:
+        raise ValueError(f"role must be one of {list(COLORS)}, got {role!r}.")
+    ax = _new_axes(ax, figsize=(0.9 * len(names) + 2.2, 3.2))
+    heights = [float(measured[name]) for name in names]
+    bars = ax.bar(range(len(names)), heights, width=0.6, color=COLORS[role], label="measured")
+    ax.bar_label(bars, labels=[fmt.format(h) for h in heights], fontsize=8, padding=2)
+    for k, name in enumerate(names):
+        ax.plot([k - 0.42, k + 0.42], [targets[name]] * 2, color=COLORS["reference"],
+                linestyle=LINESTYLES["theory"], linewidth=1.6,
+                label="target" if k == 0 else None)
+    ax.set_xticks(range(len(names)), labels=names)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, max(heights + [float(targets[n]) for n in names]) * 1.2 or 1.0)
+    ax.grid(axis="y")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    ax.legend(loc="upper right")
+    return ax
+
+
+def top_k_bars(panels: Sequence[Mapping], ncols: int = 2, xlabel: str = "probability",
+               suptitle: str | None = None):
+    """The k most probable tokens for a hidden position, one small panel each (Lesson 5, §3).
+
+    Each panel is a mapping with ``tokens`` and ``probs`` (most probable first), a ``title``
+    (e.g. the sentence with the blank), an optional ``answer`` (its bar is drawn in the
+    highlight colour and outlined) and an optional ``role`` ("encoder" or "decoder") for the
+    other bars' colour. Returns the Figure.
+    """
+    panels = list(panels)
+    if not panels:
+        raise ValueError("top_k_bars() needs at least one panel, got none.")
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be a positive int, got {ncols!r}.")
+    for i, panel in enumerate(panels):
+        if len(panel.get("tokens", ())) != len(panel.get("probs", ())) or not panel.get("tokens"):
+            raise ValueError(
+                f"panel {i} needs 'tokens' and 'probs' of the same non-zero length, got "
+                f"{len(panel.get('tokens', ()))} tokens and {len(panel.get('probs', ()))} "
+                "probabilities."
+            )
+    ncols = min(ncols, len(panels))
+    nrows = -(-len(panels) // ncols)
+    k_max = max(len(p["tokens"]) for p in panels)
+    use_style()
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.3 * ncols, (0.28 * k_max + 0.9) * nrows),
+                             layout="constrained", squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(panels):
+            ax.set_visible(False)
+            continue
+        panel = panels[i]
+        tokens, probs = list(panel["tokens"]), [float(p) for p in panel["probs"]]
+        base = COLORS.get(panel.get("role", "encoder"), COLORS["encoder"])
+        colors = [COLORS["highlight"] if t == panel.get("answer") else base for t in tokens]
+        bars = ax.barh(range(len(tokens)), probs, color=colors, height=0.7)
+        for bar, token in zip(bars, tokens, strict=True):
+            if token == panel.get("answer"):
+                bar.set_edgecolor(COLORS["reference"])
+                bar.set_linewidth(1.2)
+        ax.bar_label(bars, labels=[f"{p:.2f}" for p in probs], fontsize=7, padding=2)
+        ax.set_yticks(range(len(tokens)), labels=tokens)
+        ax.invert_yaxis()  # the most probable on top
+        ax.set_xlim(0, 1.0)
+        ax.set_xlabel(xlabel)
+        ax.grid(axis="x")
+        ax.set_axisbelow(True)
+        if panel.get("title"):
+            ax.set_title(panel["title"], fontsize=8.5, loc="left")
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def accuracy_bars(
+    results: Mapping[str, Mapping[str, float]],
+    ax=None,
+    ylabel: str = "accuracy",
+    title: str | None = None,
+    fmt: str = "{:.0%}",
+    ylim: tuple[float, float] = (0.0, 1.0),
+    colors: Mapping[str, str] | None = None,
+):
+    """Grouped bars: ``results[group][series]``, e.g. {"early blanks": {"MLM encoder": 0.4, ...}}.
+
+    (Lesson 5, §4.) One group of bars per blank set, one bar per model, coloured by the model's
+    role (an "encoder"/"bidirectional" name blue, a "decoder"/"causal" name vermillion, or
+    ``colors[name]``) and labelled with its value. Returns the Axes.
+    """
+    groups = list(results)
+    if not groups:
+        raise ValueError("accuracy_bars() needs at least one group, got none.")
+    series = list(dict.fromkeys(name for g in groups for name in results[g]))
+    ax = _new_axes(ax, figsize=(max(4.5, 1.6 * len(groups) + 1.5), 3.4))
+    width = 0.8 / len(series)
+    extra = iter(_EXTRA_COLORS * 4)
+    for s_index, name in enumerate(series):
+        xs = [k + (s_index - (len(series) - 1) / 2) * width for k, g in enumerate(groups)
+              if name in results[g]]
+        heights = [float(results[g][name]) for g in groups if name in results[g]]
+        role = role_of(name)
+        color = COLORS[role] if role in ("encoder", "decoder", "cross") else next(extra)
+        color = (colors or {}).get(name, color)
+        bars = ax.bar(xs, heights, width=width * 0.92, color=color, label=name)
+        ax.bar_label(bars, labels=[fmt.format(h) for h in heights], fontsize=8, padding=2)
+    ax.set_xticks(range(len(groups)), labels=groups)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(*ylim)
+    ax.grid(axis="y")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return ax

@@ -33,16 +33,17 @@ the counted tiles are exactly the computed ones.
 
 Where the GPU kernel plugs in
 -----------------------------
-A later Triton kernel (used only when CUDA and Triton are both present) will
-take the place of the two loops in :func:`tiled_attention`: one GPU program per
-(batch·head, query tile), the key loop inside the kernel, and the same
-``classify_tiles`` plan telling each program which key tiles to visit. The
-validation and the float32 upcast stay here, in front of both paths; this
-module must keep importing and working on machines without Triton.
+:mod:`encoderlab.tiled_triton` holds the same loop as a Triton kernel: one GPU
+program per (batch·head, query tile), the key loop inside the kernel, and the
+same ``classify_tiles`` plan telling each program which key tiles to visit.
+:func:`gpu_attention` is the way in: it checks for CUDA and Triton
+(:func:`triton_available`) and only then imports that module, so this module
+keeps importing and working on machines without either.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import torch
@@ -59,6 +60,8 @@ __all__ = [
     "tile_counts",
     "tile_ratio_causal",
     "tiled_attention",
+    "triton_available",
+    "gpu_attention",
 ]
 
 # The three states of a tile (the values stored by classify_tiles).
@@ -370,3 +373,45 @@ def tiled_attention(
         # changes only the latter, which then gives 0 / 1 = 0 instead of 0 / 0 = NaN.
         torch.div(acc, l_i.clamp_(min=1.0), out=out[:, r0:r1])  # (B, bq, d_v)
     return out.reshape(*batch, n_q, d_v).to(q.dtype)  # (..., n_q, d_v)
+
+
+# --- The GPU kernel (Lesson 9, §8) ---------------------------------------------------------------
+
+
+def triton_available() -> bool:
+    """True when the Triton kernel can run here: a CUDA device and Triton both present (Lesson 9).
+
+    Looks for Triton without importing it, so the check itself can never fail.
+    """
+    return torch.cuda.is_available() and importlib.util.find_spec("triton") is not None
+
+
+def gpu_attention(
+    q: torch.Tensor,  # (b, h, n_q, d_k), on a CUDA device
+    k: torch.Tensor,  # (b, h, n_kv, d_k)
+    v: torch.Tensor,  # (b, h, n_kv, d_v)
+    mask: torch.Tensor | None = None,  # bool, broadcastable to (b, h, n_q, n_kv)
+    causal: bool = False,
+    block_size: int = 64,
+) -> torch.Tensor:
+    """:func:`tiled_attention` as one Triton GPU kernel: same arguments, same result (Lesson 9, §8).
+
+    The kernel (:func:`encoderlab.tiled_triton.triton_attention`) skips the same
+    tiles as the CPU loop: with ``causal=True`` and no mask by its loop bound,
+    with a mask by :func:`classify_tiles`' plan. Raises a ValueError that says
+    what is missing when there is no CUDA device or no Triton.
+    """
+    if not triton_available():
+        missing = "Triton (pip install triton)" if torch.cuda.is_available() else "a CUDA device"
+        raise ValueError(
+            f"gpu_attention needs a CUDA device and Triton; this machine lacks {missing}. "
+            "tiled_attention computes the same on the CPU."
+        )
+    from .tiled_triton import triton_attention  # imports triton: only now that it is there
+
+    if mask is not None and causal:
+        causal_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=mask.device)
+        mask = mask & causal_mask.tril()  # (..., n_q, n_kv): both must allow a key
+    elif causal:
+        mask = "causal"
+    return triton_attention(q, k, v, mask=mask, block=block_size)

@@ -175,6 +175,7 @@ def run_recipe(name: str, steps: int | None = None, out: Path | None = None,
     out.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     save_file(tensors, str(out), metadata=metadata)
+    out.chmod(0o644)  # safetensors writes owner-only files; an artefact is for everyone to read
     size = out.stat().st_size
     if size > MAX_ARTEFACT_BYTES:
         raise ValueError(
