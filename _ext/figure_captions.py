@@ -18,20 +18,17 @@ from docutils import nodes
 CAPTION = re.compile(r"Figure \d+\.")
 
 
-def _in_cell(node: nodes.Node) -> bool:
-    while node is not None:
-        if isinstance(node, nodes.container) and "cell" in node.get("classes", []):
-            return True
-        node = node.parent
-    return False
-
-
 def _cell_of(node: nodes.Node):
+    """The notebook cell that holds `node`, or None outside every cell."""
     while node is not None:
         if isinstance(node, nodes.container) and "cell" in node.get("classes", []):
             return node
         node = node.parent
     return None
+
+
+def _in_cell(node: nodes.Node) -> bool:
+    return _cell_of(node) is not None
 
 
 def _caption_after(cell: nodes.Element):

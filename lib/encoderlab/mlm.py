@@ -23,12 +23,11 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import torch
-from torch.nn import functional as F
 
 from .data import CompactVocab, Corpus, python_docs_corpus, shuffled_batches
 from .encoder import EncoderConfig
 from .heads import TinyLM
-from .objectives import IGNORE_INDEX, mlm_corrupt, next_token_loss
+from .objectives import IGNORE_INDEX, mlm_corrupt, mlm_loss, next_token_loss
 from .train import load_artefact, train
 
 __all__ = [
@@ -51,6 +50,7 @@ __all__ = [
     "blank_hits",
     "blank_accuracy",
     "loss_positions",
+    "masked_positions_loss",
     "smooth",
     "RECIPES",
 ]
@@ -175,12 +175,18 @@ def masked_lm_loss(
     """
     inputs, labels = mlm_corrupt(input_ids, attention_mask, vocab.special_ids, vocab.size, p=p,
                                  generator=generator, mask_id=vocab.mask_id)
-    hidden = model.encode(inputs, attention_mask).last_hidden_state  # (b, n, d)
-    scored = labels != IGNORE_INDEX  # (b, n): the chosen positions
-    if not scored.any():
-        return hidden.sum() * 0.0  # no position chosen: no signal, and no NaN
-    logits = model.head(hidden[scored])  # (m, V): m chosen positions
-    return F.cross_entropy(logits, labels[scored])
+    return masked_positions_loss(model, inputs, attention_mask, labels)[0]
+
+
+def masked_positions_loss(model: TinyLM, inputs, attention_mask, labels):
+    """(loss, logits): the MLM loss of ``model`` with its head applied at the labelled positions
+    only, as BERT's implementation does (Lessons 5-6). ``logits`` is (k, V) for the k
+    labelled positions, in row-major order. The loss equals
+    ``mlm_loss(model(inputs, attention_mask), labels)`` without scoring the other positions."""
+    h = model.encode(inputs, attention_mask).last_hidden_state  # (b, n, d)
+    chosen = labels != IGNORE_INDEX  # (b, n)
+    logits = model.head(h[chosen])  # (k, V)
+    return mlm_loss(logits[None], labels[chosen][None]), logits
 
 
 def causal_lm_loss(

@@ -33,7 +33,8 @@ from torch.nn import functional as F
 from . import data
 from .encoder import EncoderConfig, EncoderModel, EncoderOutput
 from .heads import TinyLM, pool
-from .objectives import IGNORE_INDEX, mlm_corrupt, mlm_loss
+from .mlm import masked_positions_loss
+from .objectives import IGNORE_INDEX, mlm_corrupt
 
 __all__ = [
     "SentencePair",
@@ -547,17 +548,6 @@ class TokenDiscriminator(nn.Module):
     def forward(self, input_ids, attention_mask=None) -> torch.Tensor:
         h = self.encode(input_ids, attention_mask).last_hidden_state  # (b, n, d)
         return self.head(h).squeeze(-1)  # (b, n)
-
-
-def masked_positions_loss(model: TinyLM, inputs, attention_mask, labels):
-    """(loss, logits): the MLM loss of ``model`` with its head applied at the labelled positions
-    only, as BERT's implementation does (Lesson 6, §6). ``logits`` is (k, V) for the k
-    labelled positions, in row-major order. The loss equals
-    ``mlm_loss(model(inputs, attention_mask), labels)`` without scoring the other positions."""
-    h = model.encode(inputs, attention_mask).last_hidden_state  # (b, n, d)
-    chosen = labels != IGNORE_INDEX  # (b, n)
-    logits = model.head(h[chosen])  # (k, V)
-    return mlm_loss(logits[None], labels[chosen][None]), logits
 
 
 class Electra(nn.Module):
