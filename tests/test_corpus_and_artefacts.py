@@ -1,19 +1,31 @@
 """The offline corpus, its compact vocabulary, shuffled batches and the artefact command (L5-8)."""
 
+import gzip
+import hashlib
 import sys
 import types
 
 import pytest
 import torch
 
+from encoderlab import data as data_module
+from encoderlab import finetune, retrieval
 from encoderlab import train as train_module
 from encoderlab.data import (
     CompactVocab,
     _prose_paragraphs,
     python_docs_corpus,
     python_docs_sentences,
+    python_docs_sources,
     shuffled_batches,
+    without_shared_spans,
+    word_spans,
 )
+
+# What the lessons' trained artefacts were made from (CPython 3.11's documentation): the same
+# on every Python version, because the text is read from the frozen files.
+CORPUS_FINGERPRINT = "5b1d8b4bc7e3ec6a"  # all 3,489 sentences, before the split
+DOCUMENTS_FINGERPRINT = "90fae6ea03397a17"  # Lesson 8's 76 topic documents
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +53,140 @@ def test_corpus_is_deterministic_english_prose(corpus):
         assert ">>>" not in sentence and "::=" not in sentence and "*" not in sentence
 
 
-def test_held_out_is_every_tenth_sentence():
+def test_held_out_is_every_tenth_sentence_that_shares_no_8_words_with_training():
     sentences = python_docs_sentences()
     corpus = python_docs_corpus(held_out_every=10)
-    assert corpus.held_out == sentences[9::10]
-    assert len(corpus.train) + len(corpus.held_out) == len(sentences)
+    tenth = sentences[9::10]
+    assert corpus.train == [s for i, s in enumerate(sentences) if i % 10 != 9]  # never changed
+    assert corpus.held_out == [s for s in tenth if s in set(corpus.held_out)]  # order kept
+    assert corpus.dropped == len(tenth) - len(corpus.held_out) > 0
+    assert len(corpus.train) + len(corpus.held_out) + corpus.dropped == len(sentences)
+    assert (len(corpus.train), len(corpus.held_out), corpus.dropped) == (3141, 313, 35)
+    assert "35 dropped" in repr(corpus)
+
+
+# --- frozen data: the same text on every Python version -----------------------------------------
+
+
+def test_frozen_files_match_their_recorded_fingerprints():
+    for name, fingerprint in data_module.FROZEN.items():
+        path = data_module.CORPORA / f"{name}.json.gz"
+        raw = gzip.decompress(path.read_bytes())
+        assert hashlib.sha256(raw).hexdigest()[:16] == fingerprint, name
+        assert data_module.read_frozen(name)  # read back without complaint
+
+
+def test_frozen_text_is_what_the_artefacts_were_trained_on():
+    corpus = python_docs_corpus()
+    assert corpus.fingerprint == CORPUS_FINGERPRINT
+    assert len(python_docs_sentences()) == 3489
+    assert retrieval.topic_documents().fingerprint == DOCUMENTS_FINGERPRINT
+    assert [len(s) for s in finetune.topic_sentences().values()] == [1017, 387, 473, 576]
+    assert len(retrieval.docstring_pairs()) == 678
+    sources = python_docs_sources()
+    assert len(sources) == 3489 and sources.count("language reference") == 1017
+    assert set(sources) <= {"language reference", *data_module.DOC_MODULES}
+
+
+def test_loaders_never_read_the_running_pythons_documentation(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a loader called a builder")
+
+    for name in ("module_docstrings", "sentences_of", "_prose_paragraphs", "_docstrings_of"):
+        monkeypatch.setattr(data_module, name, refuse)
+    for name in list(data_module._BUILDERS):
+        monkeypatch.setitem(data_module._BUILDERS, name, refuse)
+    monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)  # importing it now fails
+    assert python_docs_corpus().fingerprint == CORPUS_FINGERPRINT
+    assert retrieval.topic_documents().fingerprint == DOCUMENTS_FINGERPRINT
+    assert len(retrieval.docstring_pairs()) == 678
+    assert finetune.topic_task().test_texts
+
+
+def test_a_changed_or_missing_frozen_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(data_module, "CORPORA", tmp_path)
+    with pytest.raises(ValueError, match="is missing.*python -m encoderlab.data --build"):
+        data_module.read_frozen("topic-sentences")
+    (tmp_path / "topic-sentences.json.gz").write_bytes(gzip.compress(b"{}"))
+    with pytest.raises(ValueError, match="has fingerprint .* expected"):
+        data_module.read_frozen("topic-sentences")
+    with pytest.raises(ValueError, match="no frozen corpus called 'nope'"):
+        data_module.read_frozen("nope")
+
+
+def test_build_refuses_any_python_but_3_11(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(data_module, "BUILD_PYTHON", (2, 7))
+    with pytest.raises(ValueError, match="built from CPython 2.7's documentation"):
+        data_module.build_frozen(tmp_path)
+    with pytest.raises(SystemExit):
+        data_module.main(["--build", "--out", str(tmp_path)])
+    assert "Run the command with a 3.11 interpreter" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_check_command_reads_every_file(capsys):
+    assert data_module.main([]) == 0
+    assert capsys.readouterr().out.count(" ok") == len(data_module.FROZEN)
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the builders need Python 3.11")
+def test_build_on_3_11_reproduces_the_frozen_files_byte_for_byte(tmp_path):
+    built = data_module.build_frozen(tmp_path)
+    assert built == data_module.FROZEN
+    for name in built:
+        fresh = gzip.decompress((tmp_path / f"{name}.json.gz").read_bytes())
+        frozen = gzip.decompress((data_module.CORPORA / f"{name}.json.gz").read_bytes())
+        assert fresh == frozen, name
+
+
+# --- held-out splits share no 8-word span with training -----------------------------------------
+
+
+def test_word_spans_and_without_shared_spans():
+    assert word_spans("One two, THREE four.", n=3) == {("one", "two", "three"),
+                                                       ("two", "three", "four")}
+    assert word_spans("too short", n=3) == set()
+    train = ["the quick brown fox jumps over the lazy dog today"]
+    held = ["Yesterday the quick brown fox jumps over the lazy dog.",  # 8 shared words
+            "The quick brown fox jumps over a lazy dog.",  # 5 at most
+            ("a pair whose second text", "THE quick brown fox jumps over the lazy cat")]
+    assert without_shared_spans(held, train) == [held[1]]
+    assert without_shared_spans(held, train, n=5) == []
+    assert train == ["the quick brown fox jumps over the lazy dog today"]  # untouched
+    with pytest.raises(ValueError, match="lists of texts"):
+        without_shared_spans("one string", train)
+    with pytest.raises(ValueError, match="strings or tuples of strings"):
+        without_shared_spans([3], train)
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        word_spans("a b", n=0)
+
+
+def _shared(held_texts, train_texts, n=8):
+    seen = set().union(*(word_spans(t, n) for t in train_texts))
+    return [t for t in held_texts if word_spans(t, n) & seen]
+
+
+def test_no_held_out_split_shares_8_words_with_its_training_set(minilm):
+    corpus = python_docs_corpus()
+    assert _shared(corpus.held_out, corpus.train) == []
+    task = finetune.topic_task()
+    assert _shared(task.test_texts, task.train_texts) == []
+    assert [int((task.test_labels == k).sum()) for k in range(4)] == [50, 50, 50, 50]
+    assert not set(task.test_texts) & set(task.train_texts)
+    pairs = retrieval.docstring_pairs()
+    every = retrieval.CONTRASTIVE["held_out_every"]
+    train = [p for i, p in enumerate(pairs) if i % every != every - 1]
+    held = without_shared_spans(pairs[every - 1::every], train)
+    assert len(held) == 51 and _shared([t for p in held for t in p],
+                                       [t for p in train for t in p]) == []
+    # the library's own split applies the rule (on the first 100 pairs: a short frozen pass)
+    tokenizer, model = minilm
+    some = pairs[: 10 * every]
+    data = retrieval.contrastive_data(tokenizer, model, pairs=some, held_out_every=every)
+    some_train = [t for i, p in enumerate(some) if i % every != every - 1 for t in p]
+    assert data.train_pairs == len(some) - 10
+    assert _shared([t for p in data.held_out for t in p], some_train) == []
+    assert len(data.held_out) < 10  # some of these ten held-out pairs were dropped
 
 
 def test_code_and_headings_are_not_prose():
