@@ -23,15 +23,70 @@ def test_time_pair_interleaves_and_reports_medians():
         bench.time_pair(lambda: None, lambda: None, repeats=0)
 
 
+def test_time_pair_keeps_every_sample_and_the_paired_ratios():
+    calls = {"a": 0, "b": 0}
+    pair = bench.time_pair(lambda: calls.__setitem__("a", calls["a"] + 1),
+                           lambda: calls.__setitem__("b", calls["b"] + 1), repeats=3, warmup=0)
+    assert len(pair.times_a_s) == len(pair.times_b_s) == 3 and calls == {"a": 3, "b": 3}
+    assert pair.spread_a_s[1] <= pair.spread_a_s[0] <= pair.spread_a_s[2]
+    pair = bench.PairTiming("a", "b", 5.0, 2.0, 3, [4.0, 6.0, 5.0], [2.0, 2.0, 4.0])
+    assert pair.ratio == 2.5  # the ratio of the medians
+    assert pair.paired == (2.0, 1.25, 3.0)  # per round 4/2, 6/2, 5/4: median, lowest, highest
+    assert pair.spread_b_s == (2.0, 2.0, 4.0)
+
+
+def test_spread_and_paired_ratios():
+    assert bench.spread([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
+    assert bench.paired_ratios([2.0, 9.0], [1.0, 3.0]) == [2.0, 3.0]
+    with pytest.raises(ValueError, match="at least one sample"):
+        bench.spread([])
+    with pytest.raises(ValueError, match="equally long, non-empty"):
+        bench.paired_ratios([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="equally long, non-empty"):
+        bench.paired_ratios([], [])
+
+
+def test_interleaved_samples_keeps_one_sample_per_round():
+    calls = []
+    samples = bench.interleaved_samples(
+        {name: (lambda name=name: calls.append(name)) for name in "ab"}, repeats=3, warmup=0)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert {name: len(t) for name, t in samples.items()} == {"a": 3, "b": 3}
+    assert all(t > 0 for times in samples.values() for t in times)
+    with pytest.raises(ValueError, match="repeats and inner must be at least 1"):
+        bench.interleaved_samples({"a": lambda: None}, repeats=0)
+
+
 def test_structural_masks_and_their_tile_fractions():
-    rows = bench.bench_masks(n=256, block_size=64, n_heads=1, d_k=8, repeats=1)
+    rows = bench.bench_masks(n=256, block_size=64, n_heads=1, d_k=8, repeats=2, window=32)
     by_name = {row["mask"]: row for row in rows}
-    assert set(by_name) == {"full", "causal", "sliding window", "document", "prefix-LM"}
+    assert set(by_name) == {"full", "causal", "sliding window", "document", "prefix-LM",
+                            "every tile partial"}
+    for row in rows:  # the time fraction is a median of per-round ratios, with its range
+        assert row["time_fraction_low"] <= row["time_fraction"] <= row["time_fraction_high"]
+        assert row["time_ms"] > 0 and row["no_mask_ms"] > 0
+        assert row["full_tiles"] + row["partial_tiles"] == round(row["tile_fraction"] * 16)
+    assert by_name["sliding window"]["partial_tiles"] > 0 == by_name["document"]["partial_tiles"]
     assert by_name["full"]["tile_fraction"] == 1.0
     causal = tiled.tile_counts(256, block_size=64, causal=True)
     assert by_name["causal"]["tile_fraction"] == causal["fraction"] == 10 / 16
     assert by_name["document"]["tile_fraction"] == pytest.approx(4 / 16)
     assert torch.equal(bench.structural_masks(8)["prefix-LM"], masks.prefix_lm(8, 2))
+    every = by_name["every tile partial"]  # all 16 tiles computed, every one masked
+    assert every["tile_fraction"] == 1.0 and every["partial_tiles"] == 16
+    low, median, high = sorted(every["partial_over_full"])
+    assert median == every["partial_over_full"][0] and low > 0
+    # The prediction is exact for the two rows it is calibrated on.
+    assert by_name["full"]["predicted_fraction"] == pytest.approx(by_name["full"]["time_fraction"])
+    assert every["predicted_fraction"] == pytest.approx(every["time_fraction"])
+
+
+def test_every_tile_partial_hides_one_entry_per_tile():
+    mask = bench.every_tile_partial(10, 4)
+    assert int((~mask).sum()) == 9  # 3 x 3 tiles, one hidden entry each
+    counts = tiled.tile_counts(10, block_size=4, mask=mask)
+    assert counts["partial"] == 9 and counts["skipped"] == 0
+    assert mask.any(dim=1).all()  # no query is left without a key
 
 
 def test_main_prints_the_table(capsys):

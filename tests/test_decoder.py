@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from encoderlab.decoder import EncoderDecoderConfig, EncoderDecoderModel
+from encoderlab.decoder import (
+    EncoderDecoderConfig,
+    EncoderDecoderModel,
+    ablated_cross_attention,
+    kv_positions_per_step,
+)
 
 
 @pytest.fixture()
@@ -41,6 +46,34 @@ def test_cross_attention_keys_and_values_are_computed_once_per_source(model):
         for block in model.blocks:
             assert block.cross_attention.kv_projections == (1 if use_cache else steps)
             assert block.self_attention.kv_projections == steps
+
+
+def test_kv_positions_count_the_rows_projected(model):
+    src, src_mask = _sources()  # 3 sources of 7 positions (padding included)
+    for block in model.blocks:
+        block.self_attention.kv_positions = block.cross_attention.kv_positions = 0
+    out = model.generate(src, src_mask, max_new_tokens=5, use_cache=False)
+    m = out.ids.shape[1]
+    for block in model.blocks:
+        assert block.cross_attention.kv_positions == 3 * 7 * m  # the whole batch, every step
+        assert block.self_attention.kv_positions == 3 * m * (m + 1) // 2
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_kv_positions_per_step_follow_the_formula(model, use_cache):
+    src = torch.tensor([[5, 6, 7, 8, 9]])  # one source of 5 tokens, no padding
+    steps = kv_positions_per_step(model, src, max_new_tokens=6, use_cache=use_cache)
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+    assert len(steps) == model.generate(src, max_new_tokens=6).ids.shape[1]
+    blocks = len(model.blocks)
+    for s in steps:
+        t = s["step"]
+        if use_cache:
+            assert s["self"] == [1] * blocks and s["cross"] == [5 if t == 1 else 0] * blocks
+        else:
+            assert s["self"] == [t] * blocks and s["cross"] == [5] * blocks
+    with pytest.raises(ValueError, match="must be an EncoderDecoderModel"):
+        kv_positions_per_step(torch.nn.Linear(2, 2), src)
 
 
 def test_decoder_logits_do_not_see_later_target_tokens(model):
@@ -91,3 +124,81 @@ def test_errors_are_clear(model):
         EncoderDecoderConfig(bos_id=0)
     with pytest.raises(ValueError, match="n_heads must divide d_model"):
         EncoderDecoderConfig(d_model=30, n_heads=4)
+
+
+def _with_cross_attention_of(model, block, change):
+    """A copy of the model whose block's cross-attention weights are changed by ``change``."""
+    import copy
+
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        change(other.blocks[block].cross_attention)
+    return other
+
+
+@pytest.mark.parametrize("block", [0, 1])
+def test_ablation_zero_equals_a_cross_attention_with_zero_output_weights(model, block):
+    src, src_mask = _sources()
+    tgt = torch.randint(3, 20, (3, 5))
+
+    def zero_w_o(attention):
+        attention.w_o.weight.zero_()
+        attention.w_o.bias.zero_()
+
+    reference = _with_cross_attention_of(model, block, zero_w_o)(src, tgt, src_mask)
+    with ablated_cross_attention(model, block, "zero"):
+        ablated = model(src, tgt, src_mask)
+    assert torch.allclose(ablated, reference, atol=1e-6)
+    assert not torch.allclose(model(src, tgt, src_mask), reference, atol=1e-3)  # restored
+
+
+def test_ablation_uniform_equals_a_cross_attention_whose_scores_ignore_the_query(model):
+    src, src_mask = _sources()
+    tgt = torch.randint(3, 20, (3, 5))
+
+    def flat_scores(attention):  # q . k = 0 for every pair: softmax spreads evenly over the keys
+        attention.w_q.weight.zero_()
+        attention.w_q.bias.zero_()
+
+    reference = _with_cross_attention_of(model, 1, flat_scores)(src, tgt, src_mask)
+    with ablated_cross_attention(model, 1, "uniform"):
+        ablated = model(src, tgt, src_mask)
+        weights = model.generate(src, src_mask, max_new_tokens=3,
+                                 output_attentions=True).cross_attentions[1]
+    assert torch.allclose(ablated, reference, atol=1e-5)
+    lengths = src_mask.sum(1).float()  # 7, 5, 3 real positions
+    assert torch.allclose(weights[:, 0, 0].sum(-1), torch.ones(3))
+    assert torch.allclose(weights[:, 0, 0].max(-1).values, 1 / lengths)
+
+
+def test_ablation_last_reads_only_the_last_real_source_position(model):
+    src, src_mask = _sources()
+    tgt = torch.randint(3, 20, (3, 5))
+    last = src_mask.sum(1) - 1  # (3,): 6, 4, 2
+    with ablated_cross_attention(model, 0, "last"):
+        ablated = model(src, tgt, src_mask)
+        weights = model.generate(src, src_mask, max_new_tokens=2,
+                                 output_attentions=True).cross_attentions[0]
+    assert weights[:, 0, 0].argmax(-1).tolist() == last.tolist()
+    assert torch.equal(weights[:, 0, 0].sum(-1), torch.ones(3))
+    # The read is W_O W_V of the encoder's output at the last real position, for every query.
+    attention = model.blocks[0].cross_attention
+    memory = model.encode(src, src_mask)  # (3, 7, d)
+    pad_mask = src_mask.bool()[:, None, None]  # (3, 1, 1, 7)
+    with ablated_cross_attention(model, 0, "last"):
+        out, _ = attention(torch.randn(3, 5, 64), context=memory, mask=pad_mask)
+    expected = attention.w_o(attention.w_v(memory[torch.arange(3), last]))  # (3, d)
+    assert torch.allclose(out, expected[:, None].expand_as(out), atol=1e-5)
+    assert ablated.shape == (3, 5, 20)
+
+
+def test_ablation_errors_say_what_to_do(model):
+    with pytest.raises(ValueError, match="block must be an int in \\[0, 2\\)"):
+        with ablated_cross_attention(model, 2):
+            pass
+    with pytest.raises(ValueError, match="mode must be one of"):
+        with ablated_cross_attention(model, 0, "random"):
+            pass
+    with pytest.raises(ValueError, match="must be an EncoderDecoderModel"):
+        with ablated_cross_attention(torch.nn.Linear(2, 2), 0):
+            pass

@@ -363,6 +363,15 @@ def test_check_entity_f1_accepts_the_reference_and_names_mistakes():
     with pytest.raises(CheckFailed, match="not a percentage"):
         check_entity_f1(lambda g, p: 100 * ft.entity_scores(g, p)["f1"])
 
+    def token_accuracy(gold, pred):  # every tag compared, O included
+        pairs = [(a, b) for g, p in zip(gold, pred) for a, b in zip(g, p)]
+        return sum(a == b for a, b in pairs) / len(pairs)
+
+    with pytest.raises(CheckFailed, match="this is token accuracy"):
+        check_entity_f1(token_accuracy)
+    with pytest.raises(CheckFailed, match="count by hand"):  # a mistake with no name
+        check_entity_f1(lambda g, p: 0.5)
+
 
 def test_check_best_span_accepts_the_reference_and_names_mistakes():
     def reference(s, e, context, max_tokens):
@@ -383,3 +392,66 @@ def test_check_best_span_accepts_the_reference_and_names_mistakes():
         check_best_span(anywhere)
     with pytest.raises(CheckFailed, match="return two ints"):
         check_best_span(lambda s, e, c, m: 0)
+
+
+# --- Comparing two models on one test set; identifying a test set (Lesson 7, §3) ---------------
+
+
+def test_paired_sign_test():
+    a = torch.tensor([True] * 10 + [False] * 2)
+    b = torch.tensor([False] * 8 + [True] * 4)
+    t = ft.paired_sign_test(a, b)
+    assert (t["a_only"], t["b_only"]) == (8, 2)
+    assert t["p_value"] == pytest.approx(2 * (1 + 10 + 45) / 2**10)
+    assert ft.paired_sign_test(a, a)["p_value"] == 1.0  # no disagreement, no evidence
+    assert ft.paired_sign_test(b, a)["a_only"] == 2
+    with pytest.raises(ValueError, match="boolean tensors"):
+        ft.paired_sign_test(torch.tensor([1, 0]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="same shape"):
+        ft.paired_sign_test(torch.tensor([True]), torch.tensor([True, False]))
+
+
+def test_texts_fingerprint():
+    assert ft.texts_fingerprint(["a", "b"]) == ft.texts_fingerprint(["a", "b"])
+    assert ft.texts_fingerprint(["a", "b"]) != ft.texts_fingerprint(["b", "a"])
+    assert len(ft.texts_fingerprint(["a"])) == 16
+    with pytest.raises(ValueError, match="list of strings"):
+        ft.texts_fingerprint("a")
+    with pytest.raises(ValueError, match="list of strings"):
+        ft.texts_fingerprint([])
+
+
+def test_committed_classify_artefacts_match_the_test_set():
+    from encoderlab.train import load_artefact
+
+    task = ft.topic_task()
+    for how in ("mean", "cls"):
+        tensors, meta = load_artefact(f"l7-classify-{how}")
+        assert meta["test_texts"] == ft.texts_fingerprint(task.test_texts)
+        assert meta["train_texts"] == ft.texts_fingerprint(task.train_texts)
+        assert tensors[f"{how}.test_logits"].shape == (len(task.test_texts), len(task.classes))
+
+
+def test_frozen_outputs_all_layers_match_one_pass_per_row():
+    encoder = tiny_encoder().eval()
+    ids = torch.tensor([[2, 5, 6, 7, 3], [2, 8, 3, 0, 0]])
+    mask = ids != 0
+    out = ft.frozen_outputs(encoder, {"input_ids": ids, "attention_mask": mask}, batch_size=1,
+                            all_layers=True)
+    assert out["layers"].shape == (encoder.config.n_layers + 1, 2, 5, encoder.config.d_model)
+    assert torch.allclose(out["layers"][-1], out["hidden"], atol=1e-6)  # H^(L) is the output
+    with torch.no_grad():
+        alone = encoder(ids[1:, :3], attention_mask=mask[1:, :3]).hidden_states
+    for k, h in enumerate(alone):
+        assert torch.allclose(out["layers"][k, 1, :3], h[0], atol=1e-5)
+    assert out["layers"][:, 1, 3:].abs().max() == 0  # zero on the padding
+    assert "layers" not in ft.frozen_outputs(encoder, {"input_ids": ids, "attention_mask": mask})
+
+
+def test_tagging_templates_are_public_and_used():
+    assert len(ft.TAGGING_TEMPLATES) == 12
+    task = ft.tagging_task(n_train=60, n_test=20)
+    for words, tags in zip(task.train_words + task.test_words, task.train_tags + task.test_tags):
+        shape = [w if t == "O" else "{" + t[2:] + "}" for w, t in zip(words, tags)
+                 if not t.startswith("I-")]  # one slot per entity
+        assert " ".join(shape) in ft.TAGGING_TEMPLATES

@@ -198,6 +198,40 @@ def test_similarity_across_sequences_of_opposite_vectors():
     assert torch.allclose(ins.similarity_across_sequences([h], position=2), torch.tensor([1.0]))
 
 
+def test_similarity_across_sequences_of_chosen_tokens_skips_pairs_within_a_sequence():
+    h = torch.zeros(3, 3, 4)  # three sequences of three tokens
+    h[0, 1, 0] = h[1, 1, 0] = 1.0  # the chosen token of sequences 0 and 1 points along e_0
+    h[2, 2, 0] = -1.0  # and that of sequence 2 the other way
+    h[0, 2, 0] = -1.0  # a second chosen token in sequence 0, opposite to its first
+    select = torch.zeros(3, 3, dtype=torch.bool)
+    select[0, 1] = select[1, 1] = select[2, 2] = select[0, 2] = True
+    # pairs across sequences: (0,1)-(1,1) +1, (0,1)-(2,2) -1, (1,1)-(2,2) -1,
+    # (0,2)-(1,1) -1, (0,2)-(2,2) +1; the pair (0,1)-(0,2) within sequence 0 is left out
+    expected = torch.tensor([(1 - 1 - 1 - 1 + 1) / 5])
+    assert torch.allclose(ins.similarity_across_sequences_of([h], select), expected)
+
+
+def test_similarity_across_sequences_of_position_0_equals_the_cls_version():
+    g = torch.Generator().manual_seed(3)
+    hs = [torch.randn(4, 5, 6, generator=g) for _ in range(3)]
+    select = torch.zeros(4, 5, dtype=torch.bool)
+    select[:, 0] = True
+    assert torch.allclose(ins.similarity_across_sequences_of(hs, select),
+                          ins.similarity_across_sequences(hs), atol=1e-6)
+
+
+def test_similarity_across_sequences_of_errors():
+    hs = [torch.randn(2, 3, 4)]
+    with pytest.raises(ValueError, match=r"boolean \(b, n\) = \(2, 3\)"):
+        ins.similarity_across_sequences_of(hs, torch.ones(2, 3))  # not boolean
+    with pytest.raises(ValueError, match=r"boolean \(b, n\) = \(2, 3\)"):
+        ins.similarity_across_sequences_of(hs, torch.ones(3, 2, dtype=torch.bool))
+    one_sequence = torch.zeros(2, 3, dtype=torch.bool)
+    one_sequence[0] = True
+    with pytest.raises(ValueError, match="at least 2 sequences"):
+        ins.similarity_across_sequences_of(hs, one_sequence)
+
+
 # --- Residual norms ---------------------------------------------------------------------------
 
 
@@ -266,6 +300,21 @@ def test_gradient_norms_equal_backward_and_leave_grad_alone():
         assert math.isclose(norm, by_hand, rel_tol=1e-5)
 
 
+def test_gradient_norms_of_one_named_parameter():
+    torch.manual_seed(0)
+    model = EncoderModel(tiny(n_layers=3))
+    ids = torch.randint(0, 50, (2, 6))
+    loss = model(ids).last_hidden_state.pow(3).mean()
+    norms = ins.gradient_norms_by_layer(model, loss, parameter="mlp.2.weight")
+    everything = ins.gradient_norms_by_layer(model, loss)
+    loss.backward()
+    for norm, total, block in zip(norms, everything, model.blocks):
+        assert math.isclose(norm, block.mlp[2].weight.grad.norm().item(), rel_tol=1e-5)
+        assert norm < total  # one matrix is part of the whole block
+    with pytest.raises(ValueError, match="parameter must name one parameter of a block"):
+        ins.gradient_norms_by_layer(model, model(ids).last_hidden_state.mean(), "mlp.9.weight")
+
+
 def test_gradient_norms_of_a_tiny_lm():
     torch.manual_seed(0)
     lm = TinyLM(tiny(n_layers=2), causal=False)
@@ -304,3 +353,85 @@ def test_probes_on_minilm_are_in_range(minilm):
     assert similarity.shape == (7,) and similarity.abs().max() <= 1
     norms = ins.residual_norms(out.hidden_states, batch["attention_mask"])
     assert norms.shape == (7, int(batch["attention_mask"].sum()))
+
+
+# --- What attention to a token contributes, ablation, residual, FLOPs ---------------------------
+
+
+def test_value_contributions_sum_to_the_heads_output():
+    torch.manual_seed(0)
+    model = EncoderModel(tiny()).eval()
+    ids = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        out = model(ids, output_attentions=True)
+    mha, h = model.blocks[0].attention, out.hidden_states[0]
+    contrib = ins.value_contributions(mha, h, out.attentions[0])  # (b, heads, n, n)
+    assert contrib.shape == (2, 4, 7, 7) and (contrib >= 0).all()
+    # the vectors themselves, one head and one key: A_ij (v_j W_O^(k)), summed over j and k
+    with torch.no_grad():
+        v = mha.w_v(h).view(2, 7, 4, 8).transpose(1, 2)  # (b, heads, n, d_k)
+        w_o = mha.w_o.weight.T.reshape(4, 8, 32)
+        vectors = out.attentions[0][..., None] * torch.einsum("bknc,kcd->bknd", v, w_o)[:, :, None]
+        y, _ = mha(h)
+    assert torch.allclose(vectors.norm(dim=-1), contrib, atol=1e-5)
+    assert torch.allclose(vectors.sum(dim=(1, 3)) + mha.w_o.bias, y, atol=1e-5)
+    with pytest.raises(ValueError, match="MultiHeadAttention"):
+        ins.value_contributions(model.blocks[0], h, out.attentions[0])
+    with pytest.raises(ValueError, match="attention weights for h"):
+        ins.value_contributions(mha, h, out.attentions[0][:, :2])
+
+
+def test_hide_keys_moves_the_weight_to_the_other_keys():
+    torch.manual_seed(0)
+    model = EncoderModel(tiny()).eval()
+    ids = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 2]])
+    hidden = ins.hide_keys(ids, 1)
+    assert hidden.shape == (2, 1, 5, 5) and hidden.dtype == torch.bool
+    with torch.no_grad():
+        out = model(ids, mask=hidden, output_attentions=True)
+    assert (out.attentions[0][..., 0] == 0).all()  # key 0 holds id 1: hidden from every query
+    assert torch.allclose(out.attentions[0].sum(-1), torch.ones(2, 4, 5))
+    with pytest.raises(ValueError, match="one int id"):
+        ins.hide_keys(ids, "[CLS]")
+
+
+def test_mean_pool_leaves_padding_out():
+    hidden = torch.arange(2 * 3 * 2, dtype=torch.float32).view(2, 3, 2)
+    pooled = ins.mean_pool(hidden, torch.tensor([[1, 1, 1], [1, 1, 0]]))
+    assert torch.allclose(pooled[0], hidden[0].mean(0)) and torch.allclose(pooled[1],
+                                                                             hidden[1, :2].mean(0))
+    with pytest.raises(ValueError, match=r"\(b, n, d\)"):
+        ins.mean_pool(hidden[0])
+
+
+def test_block_without_residual_drops_the_identity_path():
+    torch.manual_seed(0)
+    block = EncoderModel(tiny()).eval().blocks[0]
+    h = torch.randn(1, 5, 32)
+    with torch.no_grad():
+        plain = ins.block_without_residual(block, h)
+        a, _ = block.attention(h)
+        by_hand = torch.layer_norm(block.mlp(block.norm_1(a)), (32,), block.norm_2.weight,
+                                   block.norm_2.bias, block.norm_2.eps)
+    assert torch.allclose(plain, by_hand, atol=1e-6)
+    assert plain.shape == h.shape
+    assert not torch.allclose(plain, block(h)[0], atol=1e-3)
+    with pytest.raises(ValueError, match="post-LN"):
+        ins.block_without_residual(EncoderModel(tiny(norm="pre")).blocks[0], h)
+
+
+def test_flops_per_layer_match_a_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = tiny()
+    block = EncoderModel(config).eval().blocks[0]
+    n = 9
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        block(torch.randn(1, n, 32))
+    assert counter.get_total_flops() == sum(ins.flops_per_layer(config, n).values())
+    crossing = ins.attention_crossover(config)  # 2d + d_ff
+    assert crossing == 2 * 32 + 64
+    f = ins.flops_per_layer(config, crossing)
+    assert f["attention"] == f["projections"] + f["MLP"]
+    with pytest.raises(ValueError, match="int >= 1"):
+        ins.flops_per_layer(config, 0)

@@ -287,3 +287,83 @@ def test_table_lists_scattered_visible_positions():
     view = objective_view(IDS, "next-token", mask=sees)
     row = view.table(lambda ids: [str(i) for i in ids]).splitlines()[1 + 2]
     assert row.split()[-3:] == ["positions", "[0,", "2]"]
+
+
+# --- probes.group_separation and probes.sentence_vectors (Lesson 1, §4) ------------------------
+
+
+def test_group_separation_on_a_hand_made_matrix():
+    from encoderlab.probes import group_separation
+
+    s = torch.tensor([
+        [1.0, 0.9, 0.5, 0.6],
+        [0.9, 1.0, 0.4, 0.7],
+        [0.5, 0.4, 1.0, 0.8],
+        [0.6, 0.7, 0.8, 1.0],
+    ])
+    out = group_separation(s, ["a", "a", "b", "b"])
+    assert out["within"] == pytest.approx(0.85)  # (0.9 + 0.8) / 2
+    assert out["cross"] == pytest.approx(0.55)  # (0.5 + 0.6 + 0.4 + 0.7) / 4
+    assert out["gap"] == pytest.approx(0.30)
+    assert out["scaled_gap"] == pytest.approx(0.30 / 0.45)
+    assert (out["nearest"], out["n"]) == (4, 4)
+    # leaving out the pair (0, 1): row 0's nearest kept row is then row 3, of the other group
+    ignore = torch.zeros(4, 4, dtype=torch.bool)
+    ignore[0, 1] = ignore[1, 0] = True
+    out = group_separation(s, ["a", "a", "b", "b"], ignore=ignore)
+    assert out["within"] == pytest.approx(0.8)
+    assert (out["nearest"], out["n"]) == (2, 4)
+
+
+def test_scaled_gap_ignores_a_common_drift():
+    from encoderlab.probes import group_separation
+
+    s = torch.tensor([[1.0, 0.8, 0.2], [0.8, 1.0, 0.4], [0.2, 0.4, 1.0]])
+    drifted = 0.5 + 0.5 * s  # every similarity pulled halfway to 1: the raw gap halves
+    a, b = (group_separation(m, ["x", "x", "y"]) for m in (s, drifted))
+    assert b["gap"] == pytest.approx(a["gap"] / 2)
+    assert b["scaled_gap"] == pytest.approx(a["scaled_gap"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((torch.ones(2, 3), ["a", "b"]), "square"),
+        ((torch.eye(3), ["a", "b"]), "one group per row"),
+        ((torch.eye(3), ["a", "b", "c"]), "at least one same-group pair"),
+        ((torch.eye(2), ["a", "a"]), "different-group pair"),
+        ((torch.eye(3), ["a", "a", "b"], torch.ones(3, 3)), "boolean"),
+        ((torch.eye(3), ["a", "a", "b"], torch.ones(3, 3, dtype=torch.bool)), "ignore fewer"),
+    ],
+)
+def test_group_separation_errors(args, message):
+    from encoderlab.probes import group_separation
+
+    with pytest.raises(ValueError, match=message):
+        group_separation(*args)
+
+
+def test_sentence_vectors_are_the_mean_over_all_tokens(minilm):
+    from encoderlab.probes import sentence_vectors
+
+    tokenizer, model = minilm
+    texts = ["the bank of the river", "a loan from the bank"]
+    every = sentence_vectors(tokenizer, model, texts, layer=None)
+    assert every.shape == (model.config.n_layers + 1, 2, model.config.d_model)
+    for k, text in enumerate(texts):
+        with torch.no_grad():
+            out = model(**tokenizer([text], return_tensors="pt"))
+        expected = out.last_hidden_state[0].mean(dim=0)  # [CLS] and [SEP] included
+        torch.testing.assert_close(every[-1, k], expected)
+    torch.testing.assert_close(sentence_vectors(tokenizer, model, texts), every[-1])
+    torch.testing.assert_close(sentence_vectors(tokenizer, model, texts[0], layer=0), every[0, :1])
+
+
+def test_sentence_vectors_errors(minilm):
+    from encoderlab.probes import sentence_vectors
+
+    tokenizer, model = minilm
+    with pytest.raises(ValueError, match="non-empty list of strings"):
+        sentence_vectors(tokenizer, model, [])
+    with pytest.raises(ValueError, match="layer must be an int from -7 to 6"):
+        sentence_vectors(tokenizer, model, ["a text"], layer=7)

@@ -3,6 +3,9 @@ the similarity and token-grid figures, and the two exercise checkers."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -12,14 +15,16 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
-from tokenizer_corpus import build_corpus  # noqa: E402
+from tokenizer_corpus import build_corpus, build_pairs  # noqa: E402
 
 from encoderlab import plotting  # noqa: E402
 from encoderlab.checks import CheckFailed, check_build_inputs, check_wordpiece  # noqa: E402
 from encoderlab.tokenizer import (  # noqa: E402
+    CJK_RANGES,
     WordPieceTokenizer,
     basic_tokenize,
     basic_tokenize_steps,
+    truncated_lengths,
     vocabulary_stats,
     wordpiece,
 )
@@ -384,3 +389,39 @@ def test_build_inputs_checker_accepts_the_reference(capsys):
 def test_build_inputs_checker_names_the_mistake(wrong, words):
     with pytest.raises(CheckFailed, match=words):
         check_build_inputs(wrong)
+
+
+# --- what the lesson's prose says about the library and the test suite ------------------------
+
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
+LESSON = LESSONS / "02-tokenization-and-the-encoder-input.ipynb"
+
+
+def lesson_markdown() -> str:
+    cells = json.loads(LESSON.read_text(encoding="utf-8"))["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def test_section_8_states_the_test_suites_counts():
+    """§8 cites how much the suite compares with the reference; the counts must stay true."""
+    # The code points of tests/test_tokenizer.py::test_every_code_point_matches_reference.
+    codes = list(range(0x20000)) + list(range(0xE0000, 0xE0200))
+    codes += list(range(0x20000, 0x110000, 97))
+    for first, last in CJK_RANGES:
+        codes += range(first - 2, first + 3)
+        codes += range(last - 2, last + 3)
+    n_codes = len({c for c in codes if not 0xD800 <= c <= 0xDFFF})
+    prose = " ".join(lesson_markdown().split())
+    assert f"{len(build_corpus(seed=0)):,} single texts" in prose
+    assert f"{len(build_pairs(seed=0)):,} pairs" in prose
+    assert f"{n_codes:,} code points" in prose
+
+
+def test_the_truncation_rule_the_lesson_states():
+    """§5: half each when the shorter text needs more than half; an odd budget's extra token goes
+    to the longer text, and on a tie to the second."""
+    assert truncated_lengths(100, 40, 125) == (85, 40)  # the shorter fits in half: kept whole
+    assert truncated_lengths(100, 70, 125) == (63, 62)  # halves, the extra to the longer
+    assert truncated_lengths(70, 100, 125) == (62, 63)
+    assert truncated_lengths(156, 156, 61) == (30, 31)  # a tie: the extra to the second
+    assert truncated_lengths(156, 156, 60) == (30, 30)

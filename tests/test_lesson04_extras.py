@@ -164,6 +164,21 @@ def test_an_unknown_count_mistake_points_at_the_part_it_matches():
         check_parameter_count(no_pooler_bias)
 
 
+def test_a_count_short_by_some_biases_names_them():
+    def no_block_biases(c):  # the pooler keeps its bias: not the "left out the biases" entry
+        d, f, L = c.d_model, c.d_ff, c.n_layers
+        return count_parameters(c) - L * (4 * d + f + d)
+
+    with pytest.raises(CheckFailed, match=r"biases of the blocks' six linear layers"):
+        check_parameter_count(no_block_biases)
+
+    def no_attention_biases(c):
+        return count_parameters(c) - c.n_layers * 4 * c.d_model
+
+    with pytest.raises(CheckFailed, match=r"attention projections, L 4d"):
+        check_parameter_count(no_attention_biases)
+
+
 def test_parameter_count_refuses_a_non_function():
     with pytest.raises(CheckFailed, match="without calling it"):
         check_parameter_count(22_713_216)
@@ -203,6 +218,8 @@ def layer_norm_reference(x, gain, bias, eps):
          "that is RMSNorm"),
         (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), eps=e), "without the learned gain"),
         (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), b, g, e), "swapped gain and bias"),
+        (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), eps=e) + b, "never use the gain"),
+        (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), eps=e) * g, "never add the bias"),
         (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), g, b, e)[..., :-1],
          "keep the reduced axis"),
         (lambda x, g, b, e: "normalised", "not a tensor"),

@@ -130,9 +130,80 @@ def _reference_online(s, v, chunk_size):
     return acc / l_sum
 
 
+def _learner(bug):
+    """The online softmax as a learner writes it, with one bug (None: no bug)."""
+
+    def online(s, v, chunk_size):
+        n_q, n_kv = s.shape
+        m = torch.full((n_q, 1), -math.inf)
+        l_sum, acc = torch.zeros(n_q, 1), torch.zeros(n_q, v.shape[1])
+        for c in range(0, n_kv, chunk_size):
+            tile = s[:, c : c + chunk_size]
+            if bug == "drop_last" and tile.shape[1] < chunk_size:
+                continue
+            m_new = torch.maximum(m, tile.amax(1, keepdim=True))
+            p, alpha = torch.exp(tile - m_new), torch.exp(m - m_new)
+            if bug == "chunk_max":
+                p, alpha = torch.exp(tile - tile.amax(1, keepdim=True)), torch.ones_like(m)
+            l_sum = l_sum * (1 if bug == "no_rescale_l" else alpha) + p.sum(1, keepdim=True)
+            acc = acc * (1 if bug == "no_rescale_acc" else alpha) + p @ v[c : c + chunk_size]
+            m = m_new
+        return acc if bug == "no_divide" else acc / l_sum
+
+    return online
+
+
 def test_check_online_softmax_accepts_the_reference(capsys):
     assert checks.check_online_softmax(_reference_online)
     assert "correct on 5 cases" in capsys.readouterr().out
+    assert checks.check_online_softmax(_learner(None))
+
+
+def _online_by_split(s, v, chunk_size):
+    """A correct answer that chunks with torch.split and converts s first."""
+    s = s.float()
+    m = s.new_full((s.shape[0], 1), -math.inf)
+    l_sum, acc = s.new_zeros(s.shape[0], 1), s.new_zeros(s.shape[0], v.shape[1])
+    for tile, v_tile in zip(s.split(chunk_size, dim=1), v.split(chunk_size), strict=True):
+        m_new = torch.maximum(m, tile.amax(dim=1, keepdim=True))
+        alpha = torch.exp(m - m_new)
+        p = torch.exp(tile - m_new)
+        l_sum, acc, m = l_sum * alpha + p.sum(1, keepdim=True), acc * alpha + p @ v_tile, m_new
+    return acc / l_sum
+
+
+def _online_row_by_row(s, v, chunk_size):
+    """A correct answer that takes one query row at a time, then chunks it."""
+    rows = []
+    for row in s:  # (n_kv,)
+        m, l_sum, acc = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(v.shape[1])
+        for c in range(0, len(row), chunk_size):
+            tile = row[c : c + chunk_size]
+            m_new = torch.maximum(m, tile.max())
+            alpha, p = torch.exp(m - m_new), torch.exp(tile - m_new)
+            l_sum, acc, m = l_sum * alpha + p.sum(), acc * alpha + p @ v[c : c + chunk_size], m_new
+        rows.append(acc / l_sum)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("answer", [_online_by_split, _online_row_by_row])
+def test_check_online_softmax_accepts_other_correct_ways_to_chunk(answer):
+    assert checks.check_online_softmax(answer)
+
+
+@pytest.mark.parametrize(
+    ("bug", "message"),
+    [
+        ("no_rescale_acc", "rescale the running denominator l but not the running numerator"),
+        ("no_rescale_l", "rescale the running numerator but not the running denominator l"),
+        ("chunk_max", "subtract each chunk's own max"),
+        ("no_divide", "without dividing it by the running denominator l"),
+        ("drop_last", "skips the last chunk when it is shorter"),
+    ],
+)
+def test_check_online_softmax_names_the_learners_mistake(bug, message):
+    with pytest.raises(checks.CheckFailed, match=message):
+        checks.check_online_softmax(_learner(bug))
 
 
 @pytest.mark.parametrize(
@@ -150,13 +221,37 @@ def test_check_online_softmax_names_the_mistake(mistake, message):
         checks.check_online_softmax(wrong)
 
 
+def _global_max_first(s, v, chunk_size):
+    m = s.amax(dim=1, keepdim=True)  # the whole row's max, before any chunk: not online
+    l_sum, acc = torch.zeros(s.shape[0], 1), torch.zeros(s.shape[0], v.shape[1])
+    for c in range(0, s.shape[1], chunk_size):
+        p = torch.exp(s[:, c : c + chunk_size] - m)
+        l_sum, acc = l_sum + p.sum(1, keepdim=True), acc + p @ v[c : c + chunk_size]
+    return acc / l_sum
+
+
+@pytest.mark.parametrize(
+    ("answer", "read"),
+    [
+        (lambda s, v, c: torch.softmax(s, -1) @ v, "softmax on 8 key columns"),
+        (lambda s, v, c: s.float().softmax(dim=1) @ v, "softmax on 8 key columns"),
+        (lambda s, v, c: torch.softmax(s[:, :], -1) @ v, "softmax on 8 key columns"),
+        (lambda s, v, c: torch.softmax(s.T, 0).T @ v, "softmax on 8 key columns"),
+        (_global_max_first, "amax on 8 key columns"),
+    ],
+)
+def test_check_online_softmax_rejects_reading_the_whole_row(answer, read):
+    with pytest.raises(checks.CheckFailed, match=f"computed {read} at once"):
+        checks.check_online_softmax(answer)
+
+
 def test_check_online_softmax_reports_shape_and_errors():
     with pytest.raises(checks.CheckFailed, match="expected \\(n_q, d_v\\)"):
-        checks.check_online_softmax(lambda s, v, c: (s @ v).T)
+        checks.check_online_softmax(lambda s, v, c: _reference_online(s, v, c).T)
     with pytest.raises(checks.CheckFailed, match="raised NotImplementedError"):
         checks.check_online_softmax(lambda s, v, c: (_ for _ in ()).throw(NotImplementedError()))
     with pytest.raises(checks.CheckFailed, match="differs from softmax"):
-        checks.check_online_softmax(lambda s, v, c: torch.softmax(s, -1) @ v + 0.1)
+        checks.check_online_softmax(lambda s, v, c: _reference_online(s, v, c) + 0.1)
 
 
 # --- the tile plot -------------------------------------------------------------------------------
@@ -172,3 +267,93 @@ def test_tile_grid_outlines_the_computed_tiles():
     assert ax.get_title() == "causal\n10/16 tiles"
     ax = plotting.tile_grid(masks.sliding_window(64, 8), 16)
     assert ax.get_title() == "10/16 tiles"
+
+
+# --- packing: work counts, real lengths, position ids --------------------------------------------
+
+
+def test_padded_batch_entries_and_the_packings_entry_counts():
+    # batches of two: [4, 2] -> 2 rows of 4 x 4, [1] -> 1 row of 1 x 1
+    assert packing.padded_batch_entries([4, 2, 1], 2) == 2 * 16 + 1
+    assert packing.padded_batch_entries(sorted([4, 2, 1]), 2) == 2 * 4 + 16
+    p = packing.pack_lengths([5, 3, 8, 2], 8)
+    assert p.dense_entries == p.n_rows * 64
+    assert p.own_entries == 25 + 9 + 64 + 4
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        packing.padded_batch_entries([3], 0)
+    with pytest.raises(ValueError, match="at least one sequence length"):
+        packing.padded_batch_entries([], 2)
+
+
+def test_position_ids_restart_at_every_sequence():
+    p = packing.pack_lengths([3, 2, 4], 5)
+    ids = packing.position_ids(p)
+    assert ids.shape == p.doc_ids.shape
+    for (r, o), n in zip(p.starts, p.lengths, strict=True):
+        assert ids[r, o : o + n].tolist() == list(range(n))
+    assert (ids[p.doc_ids < 0] == 0).all()  # the end-of-row padding
+
+
+def test_packed_learned_positions_need_the_restart_and_rotary_does_not():
+    g = torch.Generator().manual_seed(3)
+    p = packing.pack_lengths([3, 5], 8)  # one row: sequence 1 (5) at 0, sequence 0 (3) at 5
+    seqs = [torch.randn(1, n, 4, generator=g) for n in p.lengths]  # (h, n_i, d)
+    row = packing.pack_sequences([x.transpose(0, 1) for x in seqs], p).transpose(1, 2)[0]
+    mask = masks.document(p.doc_ids)[0]  # (1, 8, 8)
+    table = torch.randn(8, 4, generator=g)
+
+    def absolute(x, pos, m=None):
+        x = x + table[pos]
+        return scaled_dot_product_attention(x, x, x, m)[0]
+
+    def rope(x, pos, m=None):
+        q, k = rotary.apply_rotary(x, x, pos)
+        return scaled_dot_product_attention(q, k, x, m)[0]
+
+    def gap(attend, pos):
+        out = attend(row, pos, mask)
+        return max((out[:, o : o + n] - attend(x, torch.arange(n))).abs().max().item()
+                   for (_, o), n, x in zip(p.starts, p.lengths, seqs, strict=True))
+
+    restarted, from_row = packing.position_ids(p)[0], torch.arange(8)
+    assert gap(absolute, restarted) < 1e-5 < 1e-2 < gap(absolute, from_row)
+    assert gap(rope, restarted) < 1e-5 and gap(rope, from_row) < 1e-5
+
+
+def test_docstring_lengths_are_token_counts_of_the_frozen_docstrings():
+    from encoderlab.pretrained import load_minilm
+
+    tokenizer, _ = load_minilm()
+    lengths = packing.docstring_lengths(tokenizer)
+    assert len(lengths) == 735 and min(lengths) >= 3 and max(lengths) == 512
+    short = packing.docstring_lengths(tokenizer, max_length=64)
+    assert max(short) == 64 and all(s == min(n, 64) for s, n in zip(short, lengths, strict=True))
+    with pytest.raises(ValueError, match="max_length must be an int >= 2"):
+        packing.docstring_lengths(tokenizer, max_length=1)
+
+
+# --- the figures in the key's colours ------------------------------------------------------------
+
+
+def test_role_bars_and_role_lines_use_the_key_colours():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.colors import to_hex
+
+    from encoderlab import plotting
+
+    ax = plotting.role_bars(["a", "b"], {"count": ([1.0, 0.5], "reference"),
+                                         "time": ([1.1, 0.6], "library")})
+    faces = {to_hex(p.get_facecolor()) for p in ax.patches}
+    assert plotting.COLORS["library"].lower() in faces and "#ffffff" in faces
+    ax = plotting.role_lines([256, 512], {"w": {"values": [0.5, 0.25], "role": "highlight"},
+                                          "t": {"values": [1, 1], "role": "reference",
+                                                "style": "theory", "marker": None}})
+    w, t = ax.get_lines()
+    assert to_hex(w.get_color()) == plotting.COLORS["highlight"].lower()
+    assert t.get_linestyle() == ":" and t.get_marker() in (None, "None", "")
+    with pytest.raises(ValueError, match="one value per category"):
+        plotting.role_bars(["a"], {"x": ([1, 2], "library")})
+    with pytest.raises(ValueError, match="a role of the figure key"):
+        plotting.role_lines([1, 2], {"x": {"values": [1, 2], "role": "purple"}})

@@ -51,3 +51,56 @@ def test_unknown_mistake_points_at_a_cell():
 
     with pytest.raises(CheckFailed, match="first is query i="):
         check_prefix_lm_mask(odd)
+
+
+# --- Lesson 10's figures: masks coloured by role ---------------------------------------------
+
+
+def _colours_of_open_cells(ax):
+    """The colour of every image layer drawn on the Axes, as hex, in drawing order."""
+    import matplotlib.colors as mcolors
+
+    return [mcolors.to_hex(image.get_cmap()(1.0)) for image in ax.images]
+
+
+def test_role_mask_grid_colours_the_prefix_lm_by_role():
+    import numpy as np
+
+    from encoderlab import plotting
+
+    n, p = 6, 3
+    i, j = np.indices((n, n))
+    roles = np.where(i < p, "encoder", np.where(j < p, "cross", "decoder"))
+    ax = plotting.role_mask_grid(masks.prefix_lm(n, p), roles)
+    colours = _colours_of_open_cells(ax)
+    for role in ("encoder", "cross", "decoder"):
+        assert plotting.COLORS[role].lower() in colours
+    layers = {c: img for c, img in zip(colours, ax.images, strict=True)}
+    open_cross = ~np.ma.getmaskarray(layers[plotting.COLORS["cross"].lower()].get_array())
+    assert open_cross.sum() == (n - p) * p and open_cross[p:, :p].all()  # the rectangle only
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[-1].startswith("masked") and len(labels) == 4
+    with pytest.raises(ValueError, match="one role per cell"):
+        plotting.role_mask_grid(masks.prefix_lm(n, p), roles[:2])
+
+
+def test_mask_grids_puts_one_legend_entry_per_role():
+    from encoderlab import plotting
+
+    src = torch.tensor([[1, 1, 1, 0]])
+    fig = plotting.mask_grids(
+        [masks.padding(src), masks.causal(3), masks.cross(torch.ones(1, 3), src)],
+        roles=["encoder", "decoder", "cross"], titles=["a", "b", "c"],
+    )
+    panels = fig.axes
+    assert len(panels) == 3
+    assert [_colours_of_open_cells(ax)[0] for ax in panels] == [
+        plotting.COLORS[r].lower() for r in ("encoder", "decoder", "cross")]
+    (legend,) = fig.legends
+    handles = legend.legend_handles
+    assert len(handles) == 4  # three roles and the masked cell
+    assert [h.get_facecolor()[:3] for h in handles[:3]] == [
+        pytest.approx(plotting.mpl.colors.to_rgb(plotting.COLORS[r]))
+        for r in ("encoder", "decoder", "cross")]
+    with pytest.raises(ValueError, match="one role and one title per mask"):
+        plotting.mask_grids([masks.causal(3)], roles=[], titles=["a"])

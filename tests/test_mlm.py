@@ -226,6 +226,18 @@ def test_corpus_data_is_cached_and_consistent(data):
         mlm.corpus_data(max_length=2)
 
 
+def test_held_out_halves_split_validation_from_test(data):
+    valid, test = mlm.held_out_halves(data.corpus.held_out)
+    assert (data.valid, data.test) == (valid, test)
+    assert valid + test != data.corpus.held_out and sorted(valid + test) == sorted(
+        data.corpus.held_out)
+    assert not set(valid) & set(test) and abs(len(valid) - len(test)) <= 1
+    assert data.valid_ids.shape[0] == len(valid) and data.test_ids.shape[0] == len(test)
+    assert len(data.held_out_fingerprint) == 16
+    with pytest.raises(ValueError, match="at least 2"):
+        mlm.held_out_halves(["one"])
+
+
 def test_vocab_from_tokens_rebuilds_the_same_vocabulary(data):
     again = mlm.vocab_from_tokens(data.vocab.tokenizer, data.vocab.tokens)
     sentences = data.corpus.held_out[:20]
@@ -305,6 +317,51 @@ def test_training_lowers_the_mlm_loss(data):
     assert sum(history[-10:]) / 10 < sum(history[:5]) / 5 - 0.5
 
 
+def test_held_out_loss_is_the_models_own_objective_on_fixed_draws(data):
+    torch.manual_seed(0)
+    encoder = TinyLM(mlm.tiny_config(data.vocab.size, n_layers=1), causal=False).eval()
+    decoder = TinyLM(mlm.tiny_config(data.vocab.size, n_layers=1), causal=True).train()
+    ids, mask = data.valid_ids[:16], data.valid_mask[:16]
+    first = mlm.held_out_loss(encoder, ids, mask, data.vocab)
+    assert first == mlm.held_out_loss(encoder, ids, mask, data.vocab)  # the same corruptions
+    by_hand = sum(mlm.masked_lm_loss(encoder, ids, mask, data.vocab,
+                                     generator=torch.Generator().manual_seed(100 + s)).item()
+                  for s in range(2)) / 2
+    assert mlm.held_out_loss(encoder, ids, mask, data.vocab, draws=2) == pytest.approx(by_hand)
+    causal = mlm.held_out_loss(decoder, ids, mask, data.vocab)
+    assert causal == pytest.approx(mlm.causal_lm_loss(decoder.eval(), ids, mask).item())
+    assert math.log(data.vocab.size) - 1 < first < math.log(data.vocab.size) + 1  # untrained
+    with pytest.raises(ValueError, match="draws must be a positive int"):
+        mlm.held_out_loss(encoder, ids, mask, data.vocab, draws=0)
+
+
+@pytest.mark.parametrize("objective", mlm.OBJECTIVES)
+def test_train_selected_keeps_the_checkpoint_with_the_lowest_validation_loss(data, objective):
+    model, history, selection = mlm.train_selected(data, objective, steps=6, eval_every=2,
+                                                   progress=False, n_layers=1)
+    _, plain = mlm.train_tiny_lm(data, objective, steps=6, progress=False, n_layers=1)
+    assert history == plain  # measuring does not change the run
+    assert selection.steps == [2, 4, 6] and len(selection.losses) == 3
+    assert selection.best_loss == min(selection.losses)
+    assert selection.best_step == selection.steps[selection.losses.index(min(selection.losses))]
+    again = mlm.held_out_loss(model, data.valid_ids, data.valid_mask, data.vocab)
+    assert again == pytest.approx(selection.best_loss, abs=1e-5)  # the kept weights are those
+    assert not model.training
+    with pytest.raises(ValueError, match="eval_every must be a positive int"):
+        mlm.train_selected(data, objective, steps=2, eval_every=0)
+
+
+def test_train_selected_can_keep_an_earlier_checkpoint(data, monkeypatch):
+    losses = iter([5.0, 4.0, 4.5])  # the middle one is best
+    monkeypatch.setattr(mlm, "held_out_loss", lambda *args, **kwargs: next(losses))
+    model, _, selection = mlm.train_selected(data, "next-token", steps=6, eval_every=2,
+                                             progress=False, n_layers=1)
+    assert selection.best_step == 4 and selection.best_loss == 4.0
+    reference, _ = mlm.train_tiny_lm(data, "next-token", steps=4, progress=False, n_layers=1)
+    for a, b in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(a, b)  # the weights after step 4, not after step 6
+
+
 # --- fill-mask and the blank probe ---------------------------------------------------------------
 
 
@@ -360,6 +417,49 @@ def test_blank_accuracy_scores_both_models_on_the_same_blanks():
         mlm.blank_accuracy(small_lm(False), empty, 4)
 
 
+def test_word_pairs_are_adjacent_whole_words(data):
+    pairs = mlm.word_pairs(data.vocab, data.test)
+    assert len(pairs) > 100 and pairs.answer.shape == (len(pairs), 2)
+    rows = torch.arange(len(pairs))
+    assert torch.equal(pairs.answer[:, 0], pairs.input_ids[rows, pairs.position])
+    assert torch.equal(pairs.answer[:, 1], pairs.input_ids[rows, pairs.position + 1])
+    for i in range(0, len(pairs), 37):
+        n = int(pairs.attention_mask[i].sum())
+        tokens = data.vocab.decode(pairs.input_ids[i, :n])
+        t = int(pairs.position[i])
+        assert tokens[t].isalpha() and tokens[t + 1].isalpha()
+        assert not tokens[t + 2].startswith("##")
+    assert (pairs.answer != data.vocab.unk_id).all()
+    with pytest.raises(ValueError, match="no sentence has two adjacent whole words"):
+        mlm.word_pairs(data.vocab, ["Yes."])
+
+
+def test_fill_two_fills_independently_or_one_at_a_time():
+    ids = torch.tensor([[2, 7, 8, 9, 10, 3], [2, 11, 12, 13, 14, 3]])
+    mask = torch.ones_like(ids)
+    position = torch.tensor([1, 3])
+    pairs = mlm.BlankSet("pair", ids, mask, position,
+                         torch.stack([ids[[0, 1], [1, 3]], ids[[0, 1], [2, 4]]], dim=1))
+    model = small_lm(False).eval()
+    independent, one_at_a_time = mlm.fill_two(model, pairs, mask_id=4)
+    assert independent.shape == one_at_a_time.shape == (2, 4 // 2)
+    for i in range(2):
+        t = int(position[i])
+        hidden = ids[i].clone()
+        hidden[t:t + 2] = 4
+        probs = model(hidden[None])[0, t:t + 2].softmax(-1)  # (2, V)
+        assert independent[i].tolist() == probs.argmax(-1).tolist()
+        first = int(probs.max(-1).values.argmax())  # the more confident blank is filled first
+        assert one_at_a_time[i, first] == independent[i, first]
+        hidden[t + first] = independent[i, first]
+        assert one_at_a_time[i, 1 - first] == model(hidden[None])[0, t + 1 - first].argmax()
+    with pytest.raises(ValueError, match="bidirectional"):
+        mlm.fill_two(small_lm(True).eval(), pairs, 4)
+    one = mlm.BlankSet("t", ids, mask, position, ids[:, 1])
+    with pytest.raises(ValueError, match=r"answer of shape \(m, 2\)"):
+        mlm.fill_two(model, one, 4)
+
+
 def test_loss_positions_counts_the_signal_per_sequence():
     ids = torch.tensor([[2, 7, 8, 9, 3, 0], [2, 1, 3, 0, 0, 0]])
     mask = (ids != 0).long()
@@ -408,11 +508,14 @@ def test_committed_artefact_loads_with_the_expected_keys(name, causal):
     assert artefact_path(name).stat().st_size < 5 * 2**20
     tensors, metadata = load_artefact(name)
     assert "history" in tensors and "model.head.proj.weight" in tensors
-    for key in ("config", "corpus_fingerprint", "vocab", "command", "training", "objective"):
+    for key in ("config", "corpus_fingerprint", "vocab", "command", "training", "objective",
+                "selected_step", "validation_curve", "held_out_fingerprint"):
         assert key in metadata
     assert metadata["command"] == f"python -m encoderlab.train {name}"
     model, history, _ = mlm.load_tiny_lm(name)
-    assert model.causal == causal and len(history) == mlm.TRAINING["steps"]
+    objective = "next-token" if causal else "mlm"
+    assert model.causal == causal and len(history) == mlm.RECIPE_STEPS[objective]
+    assert json.loads(metadata["training"])["steps"] == mlm.RECIPE_STEPS[objective]
     vocab = metadata["vocab"].split("\n")
     assert len(vocab) == model.config.vocab_size
 
@@ -420,6 +523,70 @@ def test_committed_artefact_loads_with_the_expected_keys(name, causal):
 def test_load_tiny_lm_rejects_other_artefacts():
     with pytest.raises(ValueError, match="not a Lesson 5 model artefact"):
         mlm.load_tiny_lm("x", artefact=({"w": torch.zeros(1)}, {}))
+
+
+@pytest.mark.parametrize("name", ["l5-mlm", "l5-causal"])
+def test_committed_artefact_was_trained_on_this_data_and_chose_its_checkpoint(name, data):
+    from encoderlab.train import load_artefact
+
+    _, metadata = load_artefact(name)
+    mlm.check_artefact_data(metadata, data)  # raises if the data differ
+    curve = json.loads(metadata["validation_curve"])
+    steps = json.loads(metadata["training"])
+    assert curve["steps"] == list(range(steps["eval_every"], steps["steps"] + 1,
+                                        steps["eval_every"]))
+    best = int(metadata["selected_step"])
+    assert curve["losses"][curve["steps"].index(best)] == min(curve["losses"])
+
+
+def test_check_artefact_data_names_what_differs(data):
+    metadata = {"corpus_fingerprint": data.corpus.fingerprint,
+                "held_out_fingerprint": data.held_out_fingerprint,
+                "vocab": "\n".join(data.vocab.tokens), "name": "l5-mlm",
+                "command": "python -m encoderlab.train l5-mlm"}
+    mlm.check_artefact_data(metadata, data)
+    for key, wrong in (("corpus_fingerprint", "0110551b00000000"),
+                       ("held_out_fingerprint", "x"),
+                       ("vocab", "\n".join(data.vocab.tokens[:-59]))):
+        with pytest.raises(ValueError, match=f"trained on other data: its {key}.*retrain"):
+            mlm.check_artefact_data({**metadata, key: wrong}, data)
+
+
+# --- how sure a comparison is --------------------------------------------------------------------
+
+
+def test_wilson_interval_matches_the_formula_and_stays_in_0_1():
+    low, high = mlm.wilson_interval(41, 100)
+    assert (round(low, 4), round(high, 4)) == (0.3187, 0.508)  # Wilson (1927), z = 1.96
+    assert mlm.wilson_interval(0, 10)[0] == 0.0 and mlm.wilson_interval(10, 10)[1] == 1.0
+    assert mlm.wilson_interval(0, 10)[1] > 0.2  # no hits is not proof of zero
+    with pytest.raises(ValueError, match="0 <= hits <= n"):
+        mlm.wilson_interval(5, 4)
+
+
+def test_paired_difference_interval_covers_the_difference_and_is_seeded():
+    g = torch.Generator().manual_seed(1)
+    a = torch.rand(400, generator=g) < 0.5
+    b = torch.rand(400, generator=g) < 0.3
+    low, high = mlm.paired_difference_interval(a, b)
+    diff = (a.float().mean() - b.float().mean()).item()
+    assert low < diff < high and 0.05 < high - low < 0.2
+    assert (low, high) == mlm.paired_difference_interval(a, b)
+    assert mlm.paired_difference_interval(a, a) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="one shape"):
+        mlm.paired_difference_interval(a, b[:3])
+    with pytest.raises(ValueError, match="level must lie"):
+        mlm.paired_difference_interval(a, b, level=1.5)
+
+
+def test_sign_test_is_the_exact_binomial_tail():
+    assert mlm.sign_test(0, 0) == 1.0
+    assert mlm.sign_test(5, 5) == 1.0
+    assert mlm.sign_test(6, 0) == pytest.approx(2 / 64)
+    assert mlm.sign_test(1, 9) == pytest.approx(2 * 11 / 1024)
+    assert mlm.sign_test(41, 13) < 0.001
+    with pytest.raises(ValueError, match="ints >= 0"):
+        mlm.sign_test(-1, 3)
 
 
 # --- figures -------------------------------------------------------------------------------------
@@ -437,6 +604,26 @@ def test_target_bars_draw_values_and_targets():
         plotting.target_bars({}, {})
     with pytest.raises(ValueError, match="role must be one of"):
         plotting.target_bars({"a": 1.0}, {"a": 1.0}, role="purple")
+
+
+def test_draws_around_target_shows_deviations_and_the_noise_band():
+    ax = plotting.draws_around_target({"a": [0.151, 0.149, 0.15], "b": [0.8, 0.81]},
+                                      {"a": 0.15, "b": 0.8}, {"a": 0.001, "b": 0.004})
+    assert isinstance(ax, Axes)
+    from matplotlib.collections import PathCollection
+
+    dots = [c for c in ax.collections if isinstance(c, PathCollection)]  # one scatter per series
+    ys = [sorted(round(float(y), 6) for _, y in c.get_offsets()) for c in dots]
+    assert ys == [[-0.1, 0.0, 0.1], [0.0, 1.0]]  # percentage points: (0.81 - 0.8) * 100 = 1
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"]
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["±2 s.d., binomial", "one draw", "target"]
+    with pytest.raises(ValueError, match="missing for"):
+        plotting.draws_around_target({"a": [0.1]}, {}, {})
+    with pytest.raises(ValueError, match="at least one"):
+        plotting.draws_around_target({}, {}, {})
+    with pytest.raises(ValueError, match="non-empty"):
+        plotting.draws_around_target({"a": []}, {"a": 0.1}, {"a": 0.01})
 
 
 def test_top_k_bars_highlight_the_answer():

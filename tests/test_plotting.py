@@ -173,3 +173,24 @@ def test_figure_key_page_quotes_the_key_of_the_code():
 
     page = (Path(__file__).resolve().parents[1] / "figure-key.md").read_text()
     assert plotting.key_markdown() in page, "figure-key.md is out of step: paste key_markdown()"
+
+
+def test_ratio_lines_draws_medians_with_their_spread():
+    from encoderlab.plotting import COLORS, ratio_lines
+
+    ax = ratio_lines(
+        [256, 512],
+        {"tiled": {"values": [1.2, 1.5], "low": [1.0, 1.4], "high": [1.3, 1.9],
+                   "role": "library"},
+         "tile ratio": {"values": [1.33, 1.6], "role": "reference", "style": "theory",
+                        "marker": None}},
+    )
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["tiled", "tile ratio"]
+    assert ax.get_xscale() == "log"
+    colors = {line.get_color() for line in ax.get_lines()}
+    assert COLORS["library"] in colors and COLORS["reference"] in colors
+    with pytest.raises(ValueError, match="one value per x"):
+        ratio_lines([256, 512], {"bad": {"values": [1.0], "role": "library"}})
+    with pytest.raises(ValueError, match="role of the figure key"):
+        ratio_lines([256], {"bad": {"values": [1.0], "role": "purple"}})

@@ -291,6 +291,115 @@ def test_electra_losses_and_no_gradient_from_discriminator_to_generator():
         P.Electra(EncoderConfig(vocab_size=5, d_model=8, n_heads=2, n_layers=1, d_ff=8), TINY)
 
 
+def test_shared_embeddings_are_one_module_and_get_both_gradients():
+    torch.manual_seed(0)
+    small = EncoderConfig(vocab_size=len(TOKENS), d_model=8, n_heads=2, n_layers=1, d_ff=16,
+                          n_max=32, dropout=0.0)
+    model = P.Electra(small, TINY, share_embeddings=True)
+    shared = model.discriminator.encoder.embeddings
+    assert model.generator.encoder.embeddings.shared is shared
+    assert model.generator.head.token_embedding is shared.token
+    ids, am = random_batch(b=6, n=14)
+    out = model.losses(ids, am, SPECIAL, mask_id=4, rng=torch.Generator().manual_seed(0))
+    assert out["generator_loss"].item() == pytest.approx(math.log(len(TOKENS)), rel=0.5)
+    out["generator_loss"].backward()  # the generator's loss alone reaches the shared table
+    assert shared.token.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in model.discriminator.encoder.blocks.parameters())
+    with pytest.raises(ValueError, match="one n_max"):
+        P.Electra(EncoderConfig(vocab_size=len(TOKENS), d_model=8, n_heads=2, n_layers=1,
+                                d_ff=16, n_max=16), TINY, share_embeddings=True)
+
+
+def test_disc_weight_matters_to_adam_only_through_shared_weights():
+    batches = [random_batch(b=8, n=14, seed=s) for s in range(3)]
+    small = EncoderConfig(vocab_size=len(TOKENS), d_model=8, n_heads=2, n_layers=1, d_ff=16,
+                          n_max=32, dropout=0.0)
+
+    def make(share):
+        def build():
+            torch.manual_seed(0)
+            return P.Electra(small, TINY, share_embeddings=share)
+        return build
+
+    separate = P.disc_weight_effect(make(False), batches, SPECIAL, 4)
+    shared = P.disc_weight_effect(make(True), batches, SPECIAL, 4)
+    assert separate < 0.05 < shared
+    with pytest.raises(ValueError, match="at least steps"):
+        P.disc_weight_effect(make(False), batches[:1], SPECIAL, 4, steps=2)
+
+
+def test_constant_guess_bce_is_the_entropy_of_the_rate():
+    assert P.constant_guess_bce(0.5) == pytest.approx(math.log(2))
+    labels = torch.tensor([1.0] * 13 + [0.0] * 87)
+    logit = math.log(0.13 / 0.87)
+    bce = F.binary_cross_entropy_with_logits(torch.full((100,), logit), labels).item()
+    assert P.constant_guess_bce(0.13) == pytest.approx(bce, rel=1e-6)
+    with pytest.raises(ValueError, match=r"in \(0, 1\)"):
+        P.constant_guess_bce(0.0)
+
+
+def test_roc_auc_counts_ordered_pairs_and_ties():
+    assert P.roc_auc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1])) == 0.75
+    assert P.roc_auc(torch.tensor([3.0, 2.0, 1.0]), torch.tensor([1, 0, 0])) == 1.0
+    assert P.roc_auc(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([0, 1, 1])) == 0.5
+    g = torch.Generator().manual_seed(0)
+    scores, labels = torch.rand(4000, generator=g), torch.randint(2, (4000,), generator=g)
+    assert abs(P.roc_auc(scores, labels) - 0.5) < 0.03  # noise: about 0.5
+    with pytest.raises(ValueError, match="both labels"):
+        P.roc_auc(torch.tensor([0.1, 0.2]), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="1-d"):
+        P.roc_auc(torch.zeros(2, 2), torch.zeros(2, 2))
+
+
+def test_token_replaced_rate_counts_per_token_and_smooths_to_the_base_rate():
+    corrupted = torch.tensor([[5, 5, 6, 7, 0], [5, 6, 6, 7, 0]])
+    labels = torch.tensor([[1, 0, 0, 1, IGNORE_INDEX], [1, 0, 0, 1, IGNORE_INDEX]])
+    rate = P.token_replaced_rate(corrupted, labels, 10, prior_weight=1e-9)
+    assert rate[5].item() == pytest.approx(2 / 3) and rate[6].item() == pytest.approx(0.0, abs=1e-6)
+    assert rate[7].item() == pytest.approx(1.0)
+    unseen = P.token_replaced_rate(corrupted, labels, 10)[9].item()
+    assert unseen == pytest.approx(0.5)  # 4 of 8 scored positions are replaced
+    with pytest.raises(ValueError, match="one shape"):
+        P.token_replaced_rate(corrupted, labels[:, :3], 10)
+    with pytest.raises(ValueError, match=r"lie in \[0, 6\)"):
+        P.token_replaced_rate(corrupted, labels, 6)
+
+
+def test_warmup_then_decay_rises_linearly_then_falls_to_zero():
+    factors = [P.warmup_then_decay(t, 10, 4) for t in range(10)]
+    assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert factors[4] == 1.0 and factors[-1] == pytest.approx(1 / 6)
+    assert all(a >= b for a, b in zip(factors[3:], factors[4:]))
+    assert P.warmup_then_decay(0, 5, 0) == 1.0
+    assert [P.warmup_then_decay(t, 10, 4, decay=False) for t in range(3, 10)] == [1.0] * 7
+    with pytest.raises(ValueError, match="warmup_steps"):
+        P.warmup_then_decay(0, 10, 10)
+    with pytest.raises(ValueError, match="step must be"):
+        P.warmup_then_decay(10, 10, 2)
+
+
+def test_train_with_warmup_lowers_the_loss_and_follows_the_schedule():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    x = torch.randn(64, 3)
+    y = x @ torch.tensor([1.0, -2.0, 0.5])
+
+    def batches():
+        while True:
+            yield x, y
+
+    def loss_fn(m, batch):
+        return F.mse_loss(m(batch[0]).squeeze(-1), batch[1])
+
+    history = P.train_with_warmup(model, batches(), loss_fn, steps=200, lr=0.05,
+                                  warmup_steps=20, progress=False)
+    assert len(history) == 200 and history[-1] < 0.1 * history[0]
+    assert not model.training
+    with pytest.raises(ValueError, match="warmup_steps"):
+        P.train_with_warmup(model, batches(), loss_fn, steps=5, lr=0.1, warmup_steps=5,
+                            progress=False)
+
+
 # --- §5 Signal and compute ----------------------------------------------------------------------
 
 
@@ -398,6 +507,10 @@ def test_committed_artefact_loads_with_expected_keys(name):
     assert len(tensors["loss"]) == int(meta["steps"])
     if name == "l6-rtd":
         assert isinstance(model, P.Electra) and "discriminator_loss" in tensors
+        assert meta["share_embeddings"] == "True" and model.share_embeddings
+        shared = model.discriminator.encoder.embeddings.token
+        assert model.generator.head.token_embedding is shared  # tied again after loading
+    assert int(meta["warmup_steps"]) == round(P.WARMUP_FRACTION * int(meta["steps"]))
     with pytest.raises(ValueError, match="name must be one of"):
         P.load_recipe_model("l5-mlm")
 
@@ -519,3 +632,68 @@ def test_continuation_accuracy_tests_every_continuation_piece():
     assert 0.0 <= out["piece alone"] <= 1.0 and 0.0 <= out["whole word"] <= 1.0
     with pytest.raises(ValueError, match="no continuation"):
         P.continuation_accuracy(model, ids[:, :2], am[:, :2], TOKENS, SPECIAL, mask_id=4)
+
+
+# --- Lesson 6, §6: paired comparisons ---------------------------------------------------------
+
+
+def test_cross_validated_correct_predicts_each_example_once():
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(200) % 2
+    x = torch.randn(200, 4, generator=g)
+    x[:, 0] += 3.0 * (2 * y - 1)  # separable on feature 0
+    correct = P.cross_validated_correct(x, y, folds=5)
+    assert correct.shape == (200,) and correct.dtype == torch.bool
+    assert correct.float().mean() > 0.95
+    noise = P.cross_validated_correct(torch.randn(200, 4, generator=g), y, folds=5)
+    assert 0.3 < noise.float().mean() < 0.7
+    assert torch.equal(P.cross_validated_correct(x, y, folds=5), correct)  # deterministic
+    with pytest.raises(ValueError, match="folds"):
+        P.cross_validated_correct(x, y, folds=1)
+    with pytest.raises(ValueError, match=r"\(N, d\)"):
+        P.cross_validated_correct(x[:, 0], y)
+
+
+def test_mcnemar_counts_discordant_pairs_and_gives_the_binomial_p_value():
+    a = torch.tensor([1, 1, 1, 0, 1, 0], dtype=torch.bool)
+    b = torch.tensor([1, 0, 0, 0, 1, 1], dtype=torch.bool)
+    a_only, b_only, p = P.mcnemar(a, b)
+    assert (a_only, b_only) == (2, 1)
+    assert p == pytest.approx(1.0)  # 2 * P(X <= 1), X ~ Bin(3, 1/2) = 2 * 4/8
+    _, _, p = P.mcnemar(torch.ones(20, dtype=torch.bool), torch.zeros(20, dtype=torch.bool))
+    assert p == pytest.approx(2 / 2 ** 20)
+    assert P.mcnemar(a, a) == (0, 0, 1.0)
+    with pytest.raises(ValueError, match="same examples"):
+        P.mcnemar(a, b[:3])
+
+
+def test_word_order_task_shuffles_half_and_keeps_the_words():
+    sentences = [f"word{i} and then more words here" for i in range(40)] + ["same same"]
+    texts, labels = P.word_order_task(sentences, seed=0)
+    assert len(texts) == len(sentences) and labels.shape == (len(sentences),)
+    for text, sentence, label in zip(texts, sentences, labels.tolist()):
+        assert sorted(text.split()) == sorted(sentence.split())
+        assert (text != sentence) == bool(label)
+    assert abs(int(labels.sum()) - 20) <= 1
+    with pytest.raises(ValueError):
+        P.word_order_task(["one"])
+
+
+def test_sentence_bootstrap_of_identical_scores_is_zero_and_detects_a_better_score():
+    g = torch.Generator().manual_seed(0)
+    y = (torch.rand(600, generator=g) < 0.3).long()
+    groups = torch.arange(600) // 20  # 30 sentences of 20 positions
+    good = (0.2 + 0.6 * y + 0.1 * torch.rand(600, generator=g)).double()
+    noise = torch.rand(600, generator=g).double()
+    same = P.sentence_bootstrap(noise, noise, y, groups, resamples=20)
+    assert torch.equal(same["auc"], torch.zeros(20, dtype=torch.float64))
+    diff = P.sentence_bootstrap(good, noise, y, groups, resamples=50)
+    assert (diff["auc"] > 0.3).all() and (diff["bce"] < 0).all()
+    with pytest.raises(ValueError, match="one length"):
+        P.sentence_bootstrap(good, noise[:5], y, groups)
+
+
+def test_untrained_encoder_is_the_step_zero_model():
+    _, vocab = P.corpus_and_vocab()
+    a, b = P.untrained_encoder(vocab), P.untrained_encoder(vocab)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

@@ -5,6 +5,8 @@ import torch
 from torch.nn import functional as F
 
 from encoderlab.probes import (
+    attention_between_words,
+    attention_from_other_words,
     cosine_similarity_matrix,
     group_similarity,
     static_embedding,
@@ -183,3 +185,79 @@ def test_group_similarity_errors():
         group_similarity(s, ["a", "b", "c"])
     with pytest.raises(ValueError, match="square"):
         group_similarity(torch.ones(2, 3), ["a", "b"])
+
+
+# --- attention_between_words (Lesson 3, §2) ----------------------------------------------------
+
+
+def test_attention_between_words_reads_the_model_s_weights(minilm):
+    tokenizer, model = minilm
+    text = "the dog chased the ball because it was bored"
+    w = attention_between_words(tokenizer, model, text, "it", ["dog", "ball"])
+    enc = tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+        a = torch.stack(model(**enc, output_attentions=True).attentions)[:, 0]  # (L, h, n, n)
+    i = word_positions(tokenizer, text, "it")[0]
+    dog = word_positions(tokenizer, text, "dog")[0]
+    ball = word_positions(tokenizer, text, "ball")[0]
+    L, h = model.config.n_layers, model.config.n_heads
+    assert w.shape == (L, h, 2)
+    assert torch.allclose(w[..., 0], a[:, :, i, dog])
+    assert torch.allclose(w[..., 1], a[:, :, i, ball])
+    assert (w >= 0).all() and (w.sum(dim=-1) <= 1 + 1e-6).all()
+
+
+def test_attention_between_words_sums_a_split_key_word(minilm):
+    tokenizer, model = minilm
+    text = "the river overflowed and it flooded the town"
+    w = attention_between_words(tokenizer, model, text, "it", ["overflowed"])
+    enc = tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+        a = torch.stack(model(**enc, output_attentions=True).attentions)[:, 0]
+    i = word_positions(tokenizer, text, "it")[0]
+    pieces = word_positions(tokenizer, text, "overflowed")
+    assert len(pieces) == 3
+    assert torch.allclose(w[..., 0], a[:, :, i, pieces].sum(dim=-1))
+
+
+def test_attention_between_words_errors(minilm):
+    tokenizer, model = minilm
+    text = "the dog chased the ball because it was bored"
+    with pytest.raises(ValueError, match="non-empty list"):
+        attention_between_words(tokenizer, model, text, "it", "dog")
+    with pytest.raises(ValueError, match="non-empty list"):
+        attention_between_words(tokenizer, model, text, "it", [])
+    with pytest.raises(ValueError, match="also among the key words"):
+        attention_between_words(tokenizer, model, text, "it", ["it", "dog"])
+    with pytest.raises(ValueError, match="does not occur"):
+        attention_between_words(tokenizer, model, text, "it", ["cat"])
+
+
+def test_attention_from_other_words_averages_the_remaining_rows(minilm):
+    tokenizer, model = minilm
+    text = "the dog chased the ball because it was bored"
+    w = attention_from_other_words(tokenizer, model, text, "it", ["dog", "ball"])
+    enc = tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+        a = torch.stack(model(**enc, output_attentions=True).attentions)[:, 0]  # (L, h, n, n)
+    i = word_positions(tokenizer, text, "it")[0]
+    dog = word_positions(tokenizer, text, "dog")[0]
+    ball = word_positions(tokenizer, text, "ball")[0]
+    others = [r for r in range(a.shape[-1]) if r not in (i, dog, ball)]
+    assert w.shape == (model.config.n_layers, model.config.n_heads, 2)
+    assert torch.allclose(w[..., 0], a[:, :, others, dog].mean(dim=-1))
+    assert torch.allclose(w[..., 1], a[:, :, others, ball].mean(dim=-1))
+    # not the query's own row: the control differs from attention_between_words
+    assert not torch.allclose(w, attention_between_words(tokenizer, model, text, "it",
+                                                         ["dog", "ball"]))
+
+
+def test_attention_from_other_words_errors(minilm):
+    tokenizer, model = minilm
+    text = "the dog chased the ball because it was bored"
+    with pytest.raises(ValueError, match="non-empty list"):
+        attention_from_other_words(tokenizer, model, text, "it", "dog")
+    with pytest.raises(ValueError, match="also among the key words"):
+        attention_from_other_words(tokenizer, model, text, "it", ["it", "dog"])
+    with pytest.raises(ValueError, match="does not occur"):
+        attention_from_other_words(tokenizer, model, text, "it", ["cat"])

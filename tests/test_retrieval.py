@@ -446,3 +446,147 @@ def test_check_in_batch_negatives_loss_names_each_mistake(message, wrong):
 def test_check_in_batch_negatives_loss_shape():
     with pytest.raises(CheckFailed, match="return one number"):
         check_in_batch_negatives_loss(lambda a, b, s: (a * b).sum(1))
+
+
+# --- paired retrieval, the raw MLM encoder, the held-out split (Lesson 8, §3 and §5) ---------
+
+
+def test_pair_ranks_and_ties():
+    a = torch.eye(3)
+    assert R.pair_ranks(a, a).tolist() == [1, 1, 1]
+    b = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    # query 0's partner scores 0, below b_1 and tied with b_2: a tie counts against it
+    assert R.pair_ranks(a, b).tolist() == [3, 3, 1]
+    same = torch.ones(4, 3)  # every vector equal: a tie counts against the partner
+    assert R.pair_ranks(same, same).tolist() == [4, 4, 4, 4]
+    with pytest.raises(ValueError, match="one row per pair"):
+        R.pair_ranks(torch.eye(3), torch.eye(4)[:, :3])
+
+
+def test_rank_sign_test():
+    t = R.rank_sign_test(torch.tensor([1, 1, 2, 5]), torch.tensor([3, 1, 4, 2]))
+    assert (t["a_better"], t["b_better"]) == (2, 1)
+    assert t["p_value"] == pytest.approx(1.0)  # 3 coin flips: a 2-1 split is anything but rare
+    t = R.rank_sign_test(torch.ones(12, dtype=torch.long), torch.full((12,), 2))
+    assert t["a_better"] == 12 and t["p_value"] == pytest.approx(2 / 2**12)
+    assert R.rank_sign_test(torch.ones(3), torch.ones(3))["p_value"] == 1.0  # all ties
+    with pytest.raises(ValueError, match="same length"):
+        R.rank_sign_test(torch.ones(3), torch.ones(4))
+
+
+def test_compact_pooled_embeddings_match_pool():
+    from encoderlab.data import CompactVocab
+    from encoderlab.heads import TinyLM
+    from encoderlab.tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.from_vocab_file(find_weights() / "vocab.txt")
+    texts = ["the loop ends here .", "the loop ends .", "a file is closed .", "a file ."]
+    vocab = CompactVocab(tokenizer, texts, min_count=1)
+    torch.manual_seed(0)
+    model = TinyLM(EncoderConfig(vocab_size=vocab.size, d_model=16, n_heads=2, n_layers=1,
+                                 d_ff=32, n_max=16, dropout=0.0), causal=False).eval()
+    out = R.compact_pooled_embeddings(model, vocab, texts, batch_size=3, max_length=16)
+    ids, mask = vocab.encode(texts, 16)
+    with torch.no_grad():
+        hidden = model.encode(ids, mask).last_hidden_state
+    for how in ("cls", "mean", "max"):
+        assert torch.allclose(out[how], F.normalize(pool(hidden, mask, how), dim=-1), atol=1e-6)
+    one = R.compact_pooled_embeddings(model, vocab, texts, how="mean", normalize=False,
+                                      max_length=16)
+    assert one.shape == (4, 16)
+    with pytest.raises(ValueError, match="max_length"):
+        R.compact_pooled_embeddings(model, vocab, texts, max_length=64)  # n_max is 16
+    with pytest.raises(ValueError, match="how must be"):
+        R.compact_pooled_embeddings(model, vocab, texts, how="sum", max_length=16)
+    with pytest.raises(ValueError, match="list of strings"):
+        R.compact_pooled_embeddings(model, vocab, "one text", max_length=16)
+
+
+def test_split_pairs_holds_out_every_tenth_without_overlap():
+    from encoderlab.data import word_spans
+
+    train, held = R.split_pairs()
+    pairs = R.docstring_pairs()
+    assert train == [p for i, p in enumerate(pairs) if i % 10 != 9]
+    assert set(held) <= set(pairs[9::10]) and 0 < len(held) <= len(pairs[9::10])
+    seen = set().union(*(word_spans(t, 8) for p in train for t in p))
+    assert not any(word_spans(t, 8) & seen for p in held for t in p)
+    with pytest.raises(ValueError, match="held_out_every"):
+        R.split_pairs(held_out_every=1)
+
+
+def test_rank_sign_test_within_k():
+    ranks_a, ranks_b = torch.tensor([1, 2, 6, 1, 3]), torch.tensor([4, 1, 9, 1, 2])
+    at_1 = R.rank_sign_test(ranks_a, ranks_b, k=1)  # hits at 1: a {0, 3}, b {1, 3}
+    assert (at_1["a_better"], at_1["b_better"]) == (1, 1)
+    at_5 = R.rank_sign_test(ranks_a, ranks_b, k=5)  # everyone but query 2 is a hit for both
+    assert (at_5["a_better"], at_5["b_better"]) == (0, 0) and at_5["p_value"] == 1.0
+    full = R.rank_sign_test(ranks_a, ranks_b)  # without k every rank counts
+    assert (full["a_better"], full["b_better"]) == (2, 2)
+    t = R.rank_sign_test(torch.ones(8, dtype=torch.long), torch.full((8,), 9), k=5)
+    assert t["a_better"] == 8 and t["p_value"] == pytest.approx(2 / 2**8)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="k must be None"):
+            R.rank_sign_test(ranks_a, ranks_b, k=bad)
+
+
+def test_first_right_ranks_agree_with_recall_and_mrr():
+    ranked = torch.tensor([[2, 0, 1], [1, 2, 0], [0, 1, 2]])
+    answers = [{0}, {1, 0}, {5}]  # query 2's answer is not among the ranked documents
+    ranks = R.first_right_ranks(ranked, answers)
+    assert ranks.tolist() == [2, 1, 4] and ranks.dtype == torch.long
+    for k in (1, 2, 3):
+        assert float((ranks <= k).double().mean()) == pytest.approx(
+            R.recall_at_k(ranked, answers, k))
+    reciprocal = torch.where(ranks <= 3, 1 / ranks.double(), torch.zeros(3, dtype=torch.double))
+    assert float(reciprocal.mean()) == pytest.approx(R.mean_reciprocal_rank(ranked, answers))
+    with pytest.raises(ValueError, match="one set per query"):
+        R.first_right_ranks(ranked, answers[:2])
+
+
+def test_alignment_and_uniformity():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 16, generator=g)
+    assert R.alignment(a, 3 * a) == pytest.approx(0.0, abs=1e-6)  # scale does not matter
+    assert R.alignment(a, -a) == pytest.approx(4.0, abs=1e-5)  # antipodal partners: |2u|^2
+    assert R.alignment(a, a + 0.1 * torch.randn(64, 16, generator=g)) < R.alignment(
+        a, torch.randn(64, 16, generator=g))
+    same = torch.ones(10, 4)
+    assert R.uniformity(same) == pytest.approx(0.0, abs=1e-6)  # all on one point: the maximum
+    spread = R.uniformity(a)
+    assert spread < R.uniformity(a + 3.0) < 0  # a shared component makes them less uniform
+    two = torch.tensor([[1.0, 0.0], [-1.0, 0.0]])  # distance 2: log e^(-2 * 4) = -8
+    assert R.uniformity(two) == pytest.approx(-8.0)
+    with pytest.raises(ValueError, match="same shape"):
+        R.alignment(a, a[:3])
+    with pytest.raises(ValueError, match="at least two rows"):
+        R.uniformity(a[:1])
+
+
+def test_attention_share():
+    weights = torch.tensor([[0.5, 0.25, 0.25, 0.0],
+                            [0.1, 0.2, 0.3, 0.4],
+                            [0.0, 0.0, 1.0, 0.0],
+                            [1.0, 0.0, 0.0, 0.0]]).expand(1, 2, 4, 4)  # (b, h, n, n)
+    rows = torch.tensor([[True, True, False, False]])
+    first = torch.tensor([[True, False, False, False]])
+    share = R.attention_share([weights, weights], rows, first)
+    assert share.shape == (2,) and share[0].item() == pytest.approx((0.5 + 0.1) / 2)
+    types = torch.tensor([[0, 0, 1, 1]])  # the complement of segment A is cross_segment_attention
+    own = R.attention_share([weights], rows, types == 0)
+    assert (own + R.cross_segment_attention([weights], types, ignore_keys=None)).item() == \
+        pytest.approx(1.0)
+    with pytest.raises(ValueError, match="boolean"):
+        R.attention_share([weights], rows.long(), first)
+    with pytest.raises(ValueError, match="do not match"):
+        R.attention_share([torch.zeros(1, 1, 3, 3)], rows, first)
+
+
+def test_retrieval_heatmap_uses_the_cosine_scale():
+    scores = torch.tensor([[0.6, -0.2], [0.1, 0.3]])
+    ax = plotting.retrieval_heatmap(scores, ["q0", "q1"], ["a", "b"])
+    image = ax.images[0]
+    assert image.get_clim() == (-1.0, 1.0) and image.get_cmap().name == plotting.COSINE_CMAP.name
+    with pytest.raises(ValueError, match="vmax > 0"):
+        plotting.retrieval_heatmap(scores, ["q0", "q1"], ["a", "b"], vmax=0)
+    plt.close("all")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from encoderlab.decoder import EncoderDecoderConfig
-from encoderlab.seq2seq_data import BOS, EOS, PAD, ReversalTask, exact_match
+from encoderlab.seq2seq_data import BOS, EOS, PAD, ReversalTask, exact_match, sources_of
 
 
 def test_batch_layout_reverses_and_pads():
@@ -56,3 +56,45 @@ def test_errors_say_what_to_do():
         ReversalTask().sample(0, torch.Generator())
     with pytest.raises(ValueError, match="at least one source"):
         ReversalTask().make_batch([])
+
+
+def test_training_strings_replay_the_stream():
+    task = ReversalTask(n_symbols=4, min_len=2, max_len=3)
+    stream = task.batches(16, seed=2)
+    drawn = set()
+    for _ in range(5):
+        drawn.update(sources_of(next(stream)))
+    assert task.training_strings(16, 5, seed=2) == drawn
+    assert all(2 <= len(s) <= 3 for s in drawn)
+    with pytest.raises(ValueError, match="steps must be a positive int"):
+        task.training_strings(16, 0)
+
+
+def test_sources_of_drops_the_padding():
+    task = ReversalTask(n_symbols=5, min_len=2, max_len=4)
+    batch = task.make_batch([torch.tensor([3, 4, 5]), torch.tensor([7, 6])])
+    assert sources_of(batch) == [(3, 4, 5), (7, 6)]
+
+
+def test_sample_excluding_leaves_out_training_strings_and_repeats():
+    task = ReversalTask(n_symbols=3, min_len=2, max_len=4)  # 9 + 27 + 81 = 117 strings
+    assert task.n_strings() == 117
+    seen = task.training_strings(8, 6, seed=0)
+    test = task.sample_excluding(40, torch.Generator().manual_seed(1), seen)
+    kept = sources_of(test)
+    assert len(kept) == 40 == len(set(kept))  # 40 different strings
+    assert not set(kept) & seen  # none of them drawn in training
+    assert int(test.lengths.min()) >= 2 and int(test.lengths.max()) <= 4
+    again = task.sample_excluding(40, torch.Generator().manual_seed(1), seen)
+    assert torch.equal(test.src_ids, again.src_ids)  # seeded: the same set again
+    # A plain sample from the same kind of stream does repeat training strings: the test can fail
+    plain = task.sample(40, torch.Generator().manual_seed(1))
+    assert set(sources_of(plain)) & seen
+
+
+def test_sample_excluding_says_when_too_few_strings_are_left():
+    task = ReversalTask(n_symbols=2, min_len=2, max_len=2)  # 4 strings in all
+    with pytest.raises(ValueError, match="only 1 outside the 3 excluded"):
+        task.sample_excluding(2, torch.Generator(), {(3, 3), (3, 4), (4, 4)})
+    with pytest.raises(ValueError, match="n must be a positive int"):
+        task.sample_excluding(0, torch.Generator(), set())

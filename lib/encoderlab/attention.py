@@ -109,7 +109,10 @@ class MultiHeadAttention(nn.Module):
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)  # mixes the concatenated heads
         self.dropout = nn.Dropout(dropout)
-        self.kv_projections = 0  # how many times keys and values were projected (Lesson 10)
+        # What the keys and values cost (Lesson 10, §5): how many times they were projected,
+        # and how many positions (rows of the batch) went through W_K and W_V in all.
+        self.kv_projections = 0
+        self.kv_positions = 0
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -135,6 +138,7 @@ class MultiHeadAttention(nn.Module):
             k = self._split_heads(self.w_k(source))  # (b, h, n_kv, d_k)
             v = self._split_heads(self.w_v(source))  # (b, h, n_kv, d_k)
             self.kv_projections += 1
+            self.kv_positions += source.shape[0] * source.shape[1]  # b * n_kv rows projected
             if cache is not None:  # self-attention appends the new positions; cross stores once
                 k, v = cache.store(k, v, append=context is None)
         if need_weights or (self.training and self.dropout.p > 0):

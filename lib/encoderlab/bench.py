@@ -20,7 +20,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,7 +37,11 @@ __all__ = [
     "bench_causal_skip",
     "structural_masks",
     "bench_masks",
+    "every_tile_partial",
     "time_interleaved",
+    "interleaved_samples",
+    "spread",
+    "paired_ratios",
     "gpu_checks",
     "fastest_gpu_config",
     "bench_gpu_attention",
@@ -60,17 +64,63 @@ def attention_flops(n: int, d_k: int, n_heads: int = 1, causal: bool = False) ->
 
 @dataclass
 class PairTiming:
-    """Medians of interleaved runs of two functions, and their ratio a/b."""
+    """Medians of interleaved runs of two functions, and their ratio a/b (Lesson 3, §4; Lesson 9).
+
+    ``times_a_s`` and ``times_b_s`` keep every sample, round by round: sample i of
+    a and sample i of b ran back to back, so their ratio is a *paired* ratio that
+    a slow moment of the machine hits on both sides alike.
+    """
 
     name_a: str
     name_b: str
     median_a_s: float
     median_b_s: float
     repeats: int
+    times_a_s: list[float] = field(default_factory=list)
+    times_b_s: list[float] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
+        """median(a) / median(b)."""
         return self.median_a_s / self.median_b_s
+
+    @property
+    def paired(self) -> tuple[float, float, float]:
+        """(median, lowest, highest) of the per-round ratios a_i / b_i (Lesson 9)."""
+        return spread(paired_ratios(self.times_a_s, self.times_b_s))
+
+    @property
+    def spread_a_s(self) -> tuple[float, float, float]:
+        """(median, lowest, highest) seconds of a."""
+        return spread(self.times_a_s)
+
+    @property
+    def spread_b_s(self) -> tuple[float, float, float]:
+        """(median, lowest, highest) seconds of b."""
+        return spread(self.times_b_s)
+
+
+def spread(samples) -> tuple[float, float, float]:
+    """(median, lowest, highest) of timing samples: a timing is shown with its spread (Lesson 9)."""
+    samples = list(samples)
+    if not samples:
+        raise ValueError("spread needs at least one sample, got none. Time with repeats >= 1.")
+    return statistics.median(samples), min(samples), max(samples)
+
+
+def paired_ratios(samples_a, samples_b) -> list[float]:
+    """a_i / b_i for samples taken in the same round (Lesson 9, §1).
+
+    Both lists come from one interleaved run (:func:`time_pair` or
+    :func:`interleaved_samples`), so sample i of each ran back to back.
+    """
+    samples_a, samples_b = list(samples_a), list(samples_b)
+    if len(samples_a) != len(samples_b) or not samples_a:
+        raise ValueError(
+            "paired ratios need two equally long, non-empty lists of samples from one "
+            f"interleaved run, got {len(samples_a)} and {len(samples_b)} samples."
+        )
+    return [a / b for a, b in zip(samples_a, samples_b)]
 
 
 def time_pair(
@@ -80,7 +130,7 @@ def time_pair(
     warmup: int = 1,
     names: tuple[str, str] = ("a", "b"),
 ) -> PairTiming:
-    """Time two functions alternately (a, b, a, b, ...) so that drift hits both alike."""
+    """Time two functions alternately (a, b, b, a, ...) so that drift hits both alike."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}.")
     for _ in range(warmup):
@@ -95,7 +145,8 @@ def time_pair(
             fn()
             times.append(time.perf_counter() - start)
     return PairTiming(
-        names[0], names[1], statistics.median(times_a), statistics.median(times_b), repeats
+        names[0], names[1], statistics.median(times_a), statistics.median(times_b), repeats,
+        times_a, times_b,
     )
 
 
@@ -190,30 +241,79 @@ def structural_masks(n: int, window: int = 256, n_docs: int = 4) -> dict[str, to
     }
 
 
+def every_tile_partial(n: int, block_size: int = 128) -> torch.Tensor:
+    """An (n, n) mask that hides one entry of every tile, the first (Lesson 9, §4).
+
+    Every tile is then PARTIAL: tiled attention computes all of them, as with no mask, and
+    masks each one. Timed against an all-True mask (every tile FULL), it measures what
+    masking costs per tile.
+    """
+    mask = torch.ones(n, n, dtype=torch.bool)  # (n, n)
+    mask[::block_size, ::block_size] = False  # entry (r0, c0) of every tile; no row goes blind
+    return mask
+
+
 def bench_masks(
-    n: int = 2048, block_size: int = 128, n_heads: int = 4, d_k: int = 64, repeats: int = 5
+    n: int = 2048,
+    block_size: int = 128,
+    n_heads: int = 4,
+    d_k: int = 64,
+    repeats: int = 5,
+    window: int = 256,
+    n_docs: int = 4,
 ) -> list[dict]:
-    """For each mask: the fraction of tiles computed, and the time of tiled attention with
-    that mask over the time of full tiled attention, measured side by side."""
+    """For each mask of :func:`structural_masks`, then :func:`every_tile_partial`: the fraction
+    of tiles computed, and the time of tiled attention with that mask over the time of tiled
+    attention with no mask (Lesson 9, §4).
+
+    Every mask and the unmasked reference are timed in turns, in one interleaved run
+    (:func:`interleaved_samples`); ``time_fraction`` is the median of the per-round
+    ratios time(mask) / time(no mask), and ``time_fraction_low`` / ``_high`` their
+    spread. The "full" row passes an all-True mask: its time fraction shows what the
+    mask handling alone costs, and how noisy the machine is. The "every tile partial" row
+    computes every tile, as "full" does, but masks each one; its ``partial_over_full`` is the
+    (median, lowest, highest) of the per-round ratios of its time to the "full" row's: what a
+    partial tile costs relative to a full one.
+
+    ``predicted_fraction`` is what the two calibration rows predict for a mask: the mask's
+    fixed cost (full - 1, the all-True row over no mask) plus its full tiles at the cost of
+    a full tile, plus its partial tiles at the cost of a partial one, p - (full - 1) with p
+    the "every tile partial" row, each as a fraction of the T^2 tiles.
+    """
     q, k, v = _qkv(n, n_heads, d_k)
-    rows = []
+    structural = structural_masks(n, window=window, n_docs=n_docs)
+    structural["every tile partial"] = every_tile_partial(n, block_size)
+    calls = {"no mask": lambda: tiled.tiled_attention(q, k, v, block_size=block_size)}
+    for name, mask in structural.items():
+        calls[name] = lambda m=mask: tiled.tiled_attention(q, k, v, mask=m, block_size=block_size)
     with torch.inference_mode():
-        for name, mask in structural_masks(n).items():
-            counts = tiled.tile_counts(n, block_size=block_size, mask=mask)
-            pair = time_pair(
-                lambda: tiled.tiled_attention(q, k, v, block_size=block_size),
-                lambda m=mask: tiled.tiled_attention(q, k, v, mask=m, block_size=block_size),
-                repeats=repeats,
-                names=("full", name),
-            )
-            rows.append(
-                {
-                    "mask": name,
-                    "tile_fraction": counts["fraction"],
-                    "time_fraction": 1 / pair.ratio,  # time(mask) / time(full)
-                    "time_ms": pair.median_b_s * 1e3,
-                }
-            )
+        samples = interleaved_samples(calls, repeats=repeats, warmup=1)
+    rows = []
+    for name, mask in structural.items():
+        counts = tiled.tile_counts(n, block_size=block_size, mask=mask)
+        fraction, low, high = spread(paired_ratios(samples[name], samples["no mask"]))
+        rows.append(
+            {
+                "mask": name,
+                "tile_fraction": counts["fraction"],
+                "full_tiles": counts["full"],
+                "partial_tiles": counts["partial"],
+                "total_tiles": counts["total"],
+                "time_fraction": fraction,  # median over rounds of time(mask) / time(no mask)
+                "time_fraction_low": low,
+                "time_fraction_high": high,
+                "time_ms": statistics.median(samples[name]) * 1e3,
+                "no_mask_ms": statistics.median(samples["no mask"]) * 1e3,
+            }
+        )
+    by_name = {row["mask"]: row for row in rows}
+    fixed = by_name["full"]["time_fraction"] - 1  # reading the mask and making the plan
+    partial_tile = by_name["every tile partial"]["time_fraction"] - fixed  # per tile, vs full
+    for row in rows:
+        row["predicted_fraction"] = fixed + (
+            row["full_tiles"] + partial_tile * row["partial_tiles"]) / row["total_tiles"]
+    by_name["every tile partial"]["partial_over_full"] = spread(
+        paired_ratios(samples["every tile partial"], samples["full"]))
     return rows
 
 
@@ -233,20 +333,22 @@ def _verdict(name: str, value: float) -> str:
 # --- The GPU rows (Lesson 3, §4; Lesson 9, §8) -------------------------------------------------
 
 
-def time_interleaved(
+def interleaved_samples(
     fns: dict[str, Callable[[], object]],
     repeats: int = 10,
     warmup: int = 2,
     inner: int = 1,
     sync: Callable[[], object] | None = None,
-) -> dict[str, float]:
-    """Median seconds per call of several functions, timed in turns (Lesson 9, §8).
+) -> dict[str, list[float]]:
+    """Seconds per call of several functions, timed in turns: every sample (Lesson 9, §1).
 
     Like :func:`time_pair` for more than two: each round runs every function once,
-    starting with a different one each round, so drift hits all of them alike.
-    One sample is ``inner`` calls in a row, then ``sync()`` (on a GPU
-    ``torch.cuda.synchronize``: CUDA calls return before their kernel has run),
-    divided by ``inner``; several calls per sample keep launch overheads small.
+    starting with a different one each round, so drift hits all of them alike;
+    sample i of every function comes from round i, so ratios of samples of the
+    same round are paired (:func:`paired_ratios`). One sample is ``inner`` calls
+    in a row, then ``sync()`` (on a GPU ``torch.cuda.synchronize``: CUDA calls
+    return before their kernel has run), divided by ``inner``; several calls per
+    sample keep launch overheads small.
     """
     if repeats < 1 or inner < 1:
         raise ValueError(f"repeats and inner must be at least 1, got {repeats} and {inner}.")
@@ -264,7 +366,22 @@ def time_interleaved(
                 fns[name]()
             sync()
             times[name].append((time.perf_counter() - start) / inner)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], object]],
+    repeats: int = 10,
+    warmup: int = 2,
+    inner: int = 1,
+    sync: Callable[[], object] | None = None,
+) -> dict[str, float]:
+    """Median seconds per call of several functions, timed in turns (Lesson 9, §8).
+
+    The medians of :func:`interleaved_samples` (same arguments).
+    """
+    samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner, sync=sync)
+    return {name: statistics.median(t) for name, t in samples.items()}
 
 
 def _require_gpu() -> None:
@@ -552,11 +669,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<{width}}  {value:>9}  {detail:<28} {verdict}")
 
     n_masks = min(args.n, 2048)
-    print(f"\ntiled attention by mask, n={n_masks}, block 128 (time relative to full tiled):")
-    print(f"{'mask':<16} {'tiles computed':>14} {'time':>8} {'ms':>8}")
+    print(f"\ntiled attention by mask, n={n_masks}, block 128 (time relative to no mask; "
+          "median and range over rounds):")
+    print(f"{'mask':<16} {'tiles computed':>14} {'time':>8} {'range':>13} {'ms':>8}")
     for row in bench_masks(n=n_masks, repeats=args.repeats):
         print(
             f"{row['mask']:<16} {row['tile_fraction']:>14.3f} {row['time_fraction']:>8.3f} "
+            f"{row['time_fraction_low']:>6.3f}-{row['time_fraction_high']:<6.3f} "
             f"{row['time_ms']:>8.1f}"
         )
 

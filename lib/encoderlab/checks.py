@@ -1062,6 +1062,24 @@ _COUNT_MISTAKES = [
 ]
 
 
+def _count_pieces(c) -> list[tuple[str, int]]:
+    """Named pieces smaller than a part of parameter_breakdown, for the checker's hints."""
+    d, f, L = c.d_model, c.d_ff, c.n_layers
+    n_norms = 2 * L + 1 + (c.norm == "pre")  # LayerNorms: two per block, embeddings, final
+    pieces = [
+        ("the biases of the blocks' six linear layers, L (4d + d_ff + d)", L * (4 * d + f + d)),
+        ("the biases of the blocks' attention projections, L 4d", L * 4 * d),
+        ("the biases of the blocks' MLP layers, L (d_ff + d)", L * (f + d)),
+        ("the biases of the MLP's first layer, L d_ff", L * f),
+        ("one vector of d per LayerNorm (the gain or the bias)", n_norms * d),
+    ]
+    if c.pooler:
+        pieces.append(("the biases of the blocks and of the pooler, L (4d + d_ff + d) + d",
+                       L * (4 * d + f + d) + d))
+        pieces.append(("the pooler's bias, d", d))
+    return pieces
+
+
 def _count_cases() -> list[tuple]:
     """(config,) cases: MiniLM, BERT-base, pre-LN, no pooler, d_ff != 4d, one segment, ..."""
     minilm = _EncoderConfig()
@@ -1128,6 +1146,14 @@ def check_parameter_count(fn: Callable) -> bool:
     same_size = [name for name, size in parts.items() if size == abs(difference)]
     hint = (f" That is exactly the size of the {same_size[0]} part, which you "
             f"{'left out' if difference > 0 else 'counted twice'}." if same_size else "")
+    # pieces smaller than a part (some of the biases, the gains, ...), on every wrong case
+    pieces = [name for name, size in _count_pieces(cases[wrong[0]][0])
+              if all(abs(references[k] - outputs[k]) == dict(_count_pieces(cases[k][0]))[name]
+                     for k in wrong)]
+    if pieces:
+        also = f" (or the {same_size[0]} part)" if same_size else ""
+        hint = (f" On every case checked, that is exactly {pieces[0]}{also}, which you "
+                f"{'left out' if difference > 0 else 'counted twice'}.")
     raise CheckFailed(
         f"your count is {outputs[i]:,} but EncoderModel has {references[i]:,} parameters for "
         f"{_describe_config(config)}: {'short' if difference > 0 else 'over'} by "
@@ -1162,6 +1188,10 @@ def _layer_norm_variant(x, gain, bias, eps, *, dims=(-1,), eps_where="inside", c
         return y * gain.double() + bias.double()
     if affine == "swapped":
         return y * bias.double() + gain.double()
+    if affine == "bias_only":
+        return y + bias.double()
+    if affine == "gain_only":
+        return y * gain.double()
     return y  # "none"
 
 
@@ -1197,6 +1227,11 @@ _LAYER_NORM_MISTAKES = [
      partial(_layer_norm_variant, affine="none")),
     ("you swapped gain and bias: the output is normalised * gain + bias.",
      partial(_layer_norm_variant, affine="swapped")),
+    ("you add the bias but never use the gain: multiply the normalised vector by gain, then "
+     "add bias (normalised * gain + bias).",
+     partial(_layer_norm_variant, affine="bias_only")),
+    ("you multiply by the gain but never add the bias: the output is normalised * gain + bias.",
+     partial(_layer_norm_variant, affine="gain_only")),
 ]
 
 
@@ -1277,11 +1312,14 @@ __all__ += ["check_online_softmax"]
 
 
 def _online_variant(s, v, chunk_size, *, rescale=True, sign=1.0, track_max=True,
-                    per_chunk=False):
+                    per_chunk=False, rescale_l=True, rescale_acc=True, chunk_max=False,
+                    divide=True, drop_last=False):
     """softmax(s) v accumulated chunk by chunk, with one of the usual slips switched on."""
     s, v = s.float(), v.float()  # float32, as the learner's tensors: exp overflows above ~88
     n_kv = s.shape[-1]
     chunks = range(0, n_kv, chunk_size)
+    if drop_last:  # a loop that stops at the last whole chunk: a short last chunk is lost
+        chunks = range(0, n_kv - chunk_size + 1, chunk_size)
     if per_chunk:  # each chunk normalised on its own, then the chunk outputs averaged
         parts = [torch.softmax(s[..., c:c + chunk_size], dim=-1) @ v[..., c:c + chunk_size, :]
                  for c in chunks]
@@ -1292,12 +1330,16 @@ def _online_variant(s, v, chunk_size, *, rescale=True, sign=1.0, track_max=True,
     for c in chunks:
         tile = s[..., c:c + chunk_size]  # (..., n_q, chunk)
         m_new = torch.maximum(m, tile.amax(dim=-1, keepdim=True)) if track_max else m
-        p = torch.exp(tile - m_new)  # (..., n_q, chunk)
-        alpha = torch.exp(sign * (m - m_new)) if rescale else torch.ones_like(m)
-        l_sum = l_sum * alpha + p.sum(dim=-1, keepdim=True)
-        acc = acc * alpha + p @ v[..., c:c + chunk_size, :]
+        if chunk_max:  # each chunk exponentiated against its own max, sums never re-measured
+            p = torch.exp(tile - tile.amax(dim=-1, keepdim=True))  # (..., n_q, chunk)
+            alpha = torch.ones_like(m)
+        else:
+            p = torch.exp(tile - m_new)  # (..., n_q, chunk)
+            alpha = torch.exp(sign * (m - m_new)) if rescale else torch.ones_like(m)
+        l_sum = l_sum * (alpha if rescale_l else 1.0) + p.sum(dim=-1, keepdim=True)
+        acc = acc * (alpha if rescale_acc else 1.0) + p @ v[..., c:c + chunk_size, :]
         m = m_new
-    return acc / l_sum
+    return acc / l_sum if divide else acc
 
 
 _ONLINE_MISTAKES = [
@@ -1305,9 +1347,28 @@ _ONLINE_MISTAKES = [
      "the old numerator by exp(m_old - m_new) before adding the new chunk, or the terms summed "
      "earlier stay measured against an old max.",
      partial(_online_variant, rescale=False)),
+    ("you rescale the running denominator l but not the running numerator: when the max grows, "
+     "multiply the old numerator by exp(m_old - m_new) too, before adding the new chunk's "
+     "p @ v, or its old terms stay measured against the old max.",
+     partial(_online_variant, rescale_acc=False)),
+    ("you rescale the running numerator but not the running denominator l: when the max grows, "
+     "multiply the old l by exp(m_old - m_new) too, before adding the new chunk's sum, or its "
+     "old terms stay measured against the old max.",
+     partial(_online_variant, rescale_l=False)),
+    ("you subtract each chunk's own max and add the chunks up as they are: terms measured "
+     "against different maxima cannot be added; keep one running max m over all chunks seen, "
+     "exponentiate s - m_new, and re-measure the old sums by exp(m_old - m_new).",
+     partial(_online_variant, chunk_max=True)),
     ("you rescale by exp(m_new - m_old), the wrong sign: the old sums were computed with "
      "exp(s - m_old) and must become exp(s - m_new), so multiply them by exp(m_old - m_new) <= 1.",
      partial(_online_variant, sign=-1.0)),
+    ("you return the running numerator without dividing it by the running denominator l: "
+     "after the last chunk, the output is acc / l.",
+     partial(_online_variant, divide=False)),
+    ("your loop skips the last chunk when it is shorter than chunk_size (n_kv is not always a "
+     "multiple of chunk_size): loop over range(0, n_kv, chunk_size) and slice "
+     "s[:, c:c + chunk_size], which is shorter for the last chunk.",
+     partial(_online_variant, drop_last=True)),
     ("you normalise each chunk on its own and combine the chunk outputs: a chunk's softmax "
      "ignores the other chunks' scores; carry the running max m and denominator l across "
      "chunks and divide once, at the end.",
@@ -1317,6 +1378,100 @@ _ONLINE_MISTAKES = [
      "exponentiate s - m.",
      partial(_online_variant, track_max=False)),
 ]
+
+
+# What the learner may do to the scores s without reading their values, and the operations that
+# only select or re-lay entries (so the result holds some of s's key columns, unchanged).
+_METADATA_OPS = frozenset({
+    "shape", "size", "dim", "ndim", "ndimension", "dtype", "device", "layout", "__len__",
+    "numel", "nelement", "is_floating_point", "is_complex", "is_contiguous", "stride",
+    "element_size", "get_device", "is_cuda", "requires_grad", "storage_offset", "data_ptr",
+    "new_full", "new_zeros", "new_ones", "new_empty", "new_tensor", "zeros_like", "ones_like",
+    "full_like", "empty_like", "__repr__", "__format__", "__str__",
+})
+_SELECTING_OPS = frozenset({
+    "__getitem__", "split", "tensor_split", "chunk", "unbind", "narrow", "select", "transpose",
+    "swapaxes", "t", "T", "mT", "permute", "movedim", "view", "view_as", "reshape", "reshape_as",
+    "flatten", "unsqueeze", "squeeze", "contiguous", "clone", "detach", "float", "double", "to",
+    "cpu", "type",
+})
+
+
+def _op_name(func) -> str:
+    name = getattr(func, "__name__", "")
+    if name == "__get__":  # a property such as s.shape or s.T: the descriptor has the name
+        name = getattr(getattr(func, "__self__", None), "__name__", name)
+    return name
+
+
+class _ChunkedScores(torch.Tensor):
+    """The scores handed to an online-softmax answer (Lesson 9, §2 exercise).
+
+    It behaves as a plain tensor, and it notes every operation that reads more than
+    ``chunk_size`` of its key columns at once: selecting at most a chunk of columns
+    (``s[:, c:c + chunk_size]``, ``s.split(chunk_size, dim=1)``) gives a plain tensor; a
+    selection that keeps more columns stays watched; any computation on a watched tensor
+    (``torch.softmax(s, -1)``, ``s.amax(dim=1)``, ``s.exp()``) is written to ``reads``.
+    ``keys`` holds, for every entry, the key column it came from.
+    """
+
+    keys: torch.Tensor
+    chunk_size: int
+    reads: list
+
+    @classmethod
+    def watch(cls, s: torch.Tensor, chunk_size: int, reads: list) -> torch.Tensor:
+        keys = torch.arange(s.shape[-1]).expand(s.shape)  # (n_q, n_kv): the column of each entry
+        return cls._wrap(s, keys, chunk_size, reads)
+
+    @classmethod
+    def _wrap(cls, x, keys, chunk_size, reads):
+        if keys.unique().numel() <= chunk_size:
+            return x  # at most one chunk of keys: the learner may do anything with it
+        watched = x.as_subclass(cls)
+        watched.keys, watched.chunk_size, watched.reads = keys, chunk_size, reads
+        return watched
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _op_name(func)
+        leaves = [*args, *kwargs.values()]
+        watched = [a for a in leaves if isinstance(a, cls)]
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+            if not watched or name in _METADATA_OPS:
+                return _plain(out)
+            if name not in _SELECTING_OPS:  # a computation on more than one chunk of keys
+                first = watched[0]
+                first.reads.append(f"{name} on {first.keys.unique().numel()} key columns")
+                return _plain(out)
+
+            def keys_of(a):
+                return a.keys if isinstance(a, cls) else a
+
+            key_args = [keys_of(a) for a in args]
+            key_kwargs = {k: keys_of(a) for k, a in kwargs.items()}
+            if name in ("float", "double", "to", "type", "cpu"):
+                key_out = args[0].keys  # a conversion keeps every entry where it was
+            else:
+                key_out = func(*key_args, **key_kwargs)
+        first = watched[0]
+        if isinstance(out, torch.Tensor):
+            return cls._wrap(_plain(out), key_out, first.chunk_size, first.reads)
+        if isinstance(out, (tuple, list)):
+            return type(out)(cls._wrap(_plain(o), k, first.chunk_size, first.reads)
+                             for o, k in zip(out, key_out, strict=True))
+        return out
+
+
+def _plain(out):
+    """Tensors as plain torch.Tensor (tuples and lists of them too); anything else as it is."""
+    if isinstance(out, _ChunkedScores):
+        return out.as_subclass(torch.Tensor)
+    if isinstance(out, (tuple, list)) and any(isinstance(o, _ChunkedScores) for o in out):
+        return type(out)(_plain(o) for o in out)
+    return out
 
 
 def _online_cases() -> list[tuple]:
@@ -1341,14 +1496,29 @@ def _describe_online(s, v, chunk_size) -> str:
 
 def check_online_softmax(fn: Callable) -> bool:
     """Check ``fn(s, v, chunk_size)`` = softmax(s) v, accumulated over chunks of keys
-    (Lesson 9, §2). ``s`` is (n_q, n_kv) scores, ``v`` is (n_kv, d_v) values."""
+    (Lesson 9, §2). ``s`` is (n_q, n_kv) scores, ``v`` is (n_kv, d_v) values.
+
+    ``s`` arrives watched (:class:`_ChunkedScores`): a function that computes anything on more
+    than ``chunk_size`` key columns at once (``torch.softmax(s, -1)``, ``s.amax(1)``) fails,
+    whatever it returns. A wrong result is matched against the usual mistakes
+    (``_ONLINE_MISTAKES``), which are named in words."""
     _check_callable(fn)
     cases = _online_cases()
     outputs = []
     for s, v, chunk in cases:
         case = _describe_online(s, v, chunk)
-        out = _as_tensor(_call(fn, (s.clone(), v.clone(), chunk), case),
+        reads: list[str] = []  # what the function computed on more than one chunk of keys
+        watched = _ChunkedScores.watch(s.clone(), chunk, reads)
+        out = _as_tensor(_plain(_call(fn, (watched, v.clone(), chunk), case)),
                          "the (n_q, d_v) output")
+        if reads:
+            raise CheckFailed(
+                f"your function computed {reads[0]} at once (on {case}), but the exercise reads "
+                "the scores only chunk_size columns at a time: slice a chunk, "
+                "s[:, c:c + chunk_size], and compute with that slice alone; the running max m, "
+                "denominator l and numerator are what replace a softmax (or a max) over the "
+                "whole row."
+            )
         if tuple(out.shape) != (s.shape[0], v.shape[1]):
             raise CheckFailed(f"your output has shape {tuple(out.shape)} on {case}; expected "
                               f"(n_q, d_v) = {(s.shape[0], v.shape[1])}.")
@@ -1554,6 +1724,9 @@ def _f1_from(correct: float, n_predicted: float, n_gold: float) -> float:
 
 def _f1_variant(gold, predicted, *, unit="entity", match="exact", average="micro"):
     """Entity F1 with one switch turned: each non-default switch is a known mistake."""
+    if unit == "accuracy":  # the fraction of tags that agree, O included: not an F1 at all
+        pairs = [(g, p) for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps)]
+        return sum(g == p for g, p in pairs) / len(pairs) if pairs else 0.0
     if unit == "token":  # per-token agreement on the non-O tags
         correct = sum(g == p != "O" for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps))
         n_p = sum(p != "O" for ps in predicted for p in ps)
@@ -1580,6 +1753,10 @@ def _f1_variant(gold, predicted, *, unit="entity", match="exact", average="micro
 
 
 _F1_MISTAKES = [
+    ("this is token accuracy (the fraction of tags that agree, O included), not entity-level F1: "
+     "most tags are O, so it stays high even when every entity is missed. Turn each sequence "
+     "into its (type, start, end) spans and compute precision and recall over entities.",
+     partial(_f1_variant, unit="accuracy")),
     ("you score tags, not entities: a token-level F1 gives credit for half an entity. Turn each "
      "sequence into its (type, start, end) spans and count a prediction only if the whole span "
      "matches.",
@@ -1658,7 +1835,9 @@ def check_entity_f1(fn: Callable) -> bool:
     i = wrong[0]
     gold, pred = cases[i]
     raise CheckFailed(f"on gold {gold} and predicted {pred} your F1 is {outputs[i]:.4f}, "
-                      f"the entity-level F1 is {references[i]:.4f}.")
+                      f"the entity-level F1 is {references[i]:.4f}. Print the spans your "
+                      "my_bio_to_spans gives for these sequences and count by hand: correct = "
+                      "spans in both, precision = correct / predicted, recall = correct / gold.")
 
 
 # --- The best span (Lesson 7, §5) -----------------------------------------------------------------
@@ -2276,7 +2455,7 @@ def check_mlm_corrupt(fn: Callable) -> bool:
 
     (Lesson 5, §1.) The function must return ``(inputs, labels)`` as
     :func:`encoderlab.objectives.mlm_corrupt` does with p = 0.15. Being random, it is checked by
-    its statistics on a batch of about 14,000 eligible positions (each share within five standard
+    its statistics on a batch of 12,590 eligible positions (each share within five standard
     errors of BERT's target) and by the rules that hold on every draw: specials and padding are
     never chosen, labels are the original token where chosen and -100 elsewhere, unchosen
     positions are untouched, random tokens are never special, and the same seed gives the same

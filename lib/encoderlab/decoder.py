@@ -9,6 +9,8 @@ the MLP. Pre-LN throughout, as in most recent models.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +20,14 @@ from . import masks
 from .attention import KVCache, MultiHeadAttention
 from .encoder import EncoderConfig, EncoderModel
 
-__all__ = ["EncoderDecoderConfig", "DecoderBlock", "EncoderDecoderModel", "Generation"]
+__all__ = [
+    "EncoderDecoderConfig",
+    "DecoderBlock",
+    "EncoderDecoderModel",
+    "Generation",
+    "kv_positions_per_step",
+    "ablated_cross_attention",
+]
 
 
 @dataclass
@@ -205,3 +214,109 @@ class EncoderDecoderModel(nn.Module):
             cross = tuple(torch.cat([s[l] for s in step_weights], dim=2)
                           for l in range(len(self.blocks)))
         return Generation(torch.stack(chosen, 1), torch.stack(step_logits, 1), cross)
+
+
+def kv_positions_per_step(
+    model: EncoderDecoderModel,
+    src_ids: torch.Tensor,  # (b, n_src)
+    src_mask: torch.Tensor | None = None,  # (b, n_src)
+    max_new_tokens: int = 20,
+    use_cache: bool = True,
+) -> list[dict]:
+    """Positions projected to keys and values at every step of greedy decoding (Lesson 10, §5).
+
+    Runs ``model.generate`` and reads, after each decoding step, the counters
+    ``kv_positions`` of every decoder block's self- and cross-attention (rows of
+    the batch that went through W_K and W_V). Returns one dict per step:
+    ``{"step": t, "self": [per block], "cross": [per block]}``, t counted from 1.
+    For one sequence of n_src tokens the formula is: with the cache, self 1 and
+    cross n_src at step 1, then self 1 and cross 0; without it, self t and cross
+    n_src at every step t.
+    """
+    if not isinstance(model, EncoderDecoderModel):
+        raise ValueError(
+            f"model must be an EncoderDecoderModel, got {type(model).__name__}. The counters "
+            "live in the decoder blocks' attention layers."
+        )
+    layers = [(block.self_attention, block.cross_attention) for block in model.blocks]
+
+    def totals() -> tuple[list[int], list[int]]:
+        return [s.kv_positions for s, _ in layers], [c.kv_positions for _, c in layers]
+
+    before = [totals()]  # the counters before the first step, then after every step
+    # lm_head runs once per decoding step, after every block: read the counters there.
+    hook = model.lm_head.register_forward_hook(lambda *_: before.append(totals()))
+    try:
+        model.generate(src_ids, src_mask, max_new_tokens=max_new_tokens, use_cache=use_cache)
+    finally:
+        hook.remove()
+    steps = []
+    for t, ((s0, c0), (s1, c1)) in enumerate(zip(before, before[1:]), start=1):
+        steps.append({
+            "step": t,
+            "self": [b - a for a, b in zip(s0, s1)],
+            "cross": [b - a for a, b in zip(c0, c1)],
+        })
+    return steps
+
+
+ABLATIONS = ("zero", "uniform", "last")
+
+
+@contextmanager
+def ablated_cross_attention(
+    model: EncoderDecoderModel, block: int, mode: str = "zero"
+) -> Iterator[EncoderDecoderModel]:
+    """Inside the ``with``, replace one decoder block's cross-attention (Lesson 10, §6).
+
+    An ablation: what does the model lose when this block can no longer choose where to read?
+    ``mode`` says what the block's cross-attention returns instead of its learned read:
+
+    - ``"zero"``: nothing; the sub-layer adds 0 to the residual stream;
+    - ``"uniform"``: equal weight on every real source position, i.e. W_O applied to the mean
+      of the source's values (what scores that ignore the query would give);
+    - ``"last"``: all the weight on the last real source position (padding on the right).
+
+    Everything else (the encoder, self-attention, the other blocks, the weights) is unchanged,
+    and the block is restored on leaving the ``with``, also after an error.
+    """
+    if not isinstance(model, EncoderDecoderModel):
+        raise ValueError(f"model must be an EncoderDecoderModel, got {type(model).__name__}.")
+    n_blocks = len(model.blocks)
+    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < n_blocks:
+        raise ValueError(
+            f"block must be an int in [0, {n_blocks}) (decoder blocks count from 0), got {block!r}."
+        )
+    if mode not in ABLATIONS:
+        raise ValueError(f"mode must be one of {ABLATIONS}, got {mode!r}.")
+    attention = model.blocks[block].cross_attention
+
+    def replace(module, args, kwargs, output):
+        out, weights = output  # (b, n_q, d), (b, h, n_q, n_src) or None
+        if mode == "zero":
+            return torch.zeros_like(out), weights
+        context = kwargs.get("context", args[1] if len(args) > 1 else None)  # (b, n_src, d)
+        mask = kwargs.get("mask", args[2] if len(args) > 2 else None)
+        b, n_src, _ = context.shape
+        keep = torch.ones(b, n_src, dtype=torch.bool, device=out.device)
+        if mask is not None:  # (b, 1, 1, n_src) padding mask: True = real position
+            keep = mask.expand(b, 1, 1, n_src)[:, 0, 0]  # (b, n_src)
+        if mode == "uniform":
+            w = keep.float() / keep.sum(-1, keepdim=True).clamp(min=1)  # (b, n_src)
+        else:  # "last": the highest real position
+            index = torch.arange(n_src, device=out.device)
+            last = torch.where(keep, index, -1).amax(-1)  # (b,)
+            w = (index[None, :] == last[:, None]).float()  # (b, n_src): one-hot
+        w = w.to(out.dtype)
+        # Every head gets the same weights, so concatenating the heads' reads is w @ V: (b, 1, d)
+        read = w[:, None, :] @ module.w_v(context)
+        new_out = module.w_o(read).expand_as(out)  # (b, n_q, d): the same read for every query
+        if weights is not None:
+            weights = w[:, None, None, :].expand_as(weights)
+        return new_out, weights
+
+    handle = attention.register_forward_hook(replace, with_kwargs=True)
+    try:
+        yield model
+    finally:
+        handle.remove()

@@ -25,6 +25,8 @@ of fine-tuned weights.
 from __future__ import annotations
 
 import copy
+import hashlib
+import math
 import re
 import string
 import time
@@ -75,6 +77,8 @@ __all__ = [
     "span_text",
     "qa_scores",
     "topic_sentences",
+    "paired_sign_test",
+    "texts_fingerprint",
     "RECIPES",
 ]
 
@@ -277,6 +281,28 @@ def accuracy(predicted, gold) -> float:
     return (predicted == gold).double().mean().item()
 
 
+def paired_sign_test(correct_a, correct_b) -> dict:
+    """Two models scored on the same examples: where they disagree, is one right more often?
+
+    (Lesson 7, §3.) ``correct_a`` and ``correct_b`` are boolean tensors (N,), True where each
+    model is right. Examples both get right, or both wrong, say nothing about the difference;
+    of the others, ``a_only`` go to a and ``b_only`` to b. Under "no difference" each of them is
+    a fair coin, and ``p_value`` is the exact two-sided binomial probability of a split at least
+    this uneven (the sign test; McNemar's exact test).
+    """
+    a, b = (torch.as_tensor(x) for x in (correct_a, correct_b))
+    if a.dtype != torch.bool or b.dtype != torch.bool or a.shape != b.shape or a.dim() != 1:
+        raise ValueError(
+            "correct_a and correct_b must be boolean tensors of the same shape (N,), True where "
+            f"the model is right; got {a.dtype} {tuple(a.shape)} and {b.dtype} {tuple(b.shape)}. "
+            "Compare predictions with labels first: predicted == gold."
+        )
+    a_only, b_only = int((a & ~b).sum()), int((b & ~a).sum())
+    n, k = a_only + b_only, min(a_only, b_only)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n  # P(split at least this uneven)
+    return {"a_only": a_only, "b_only": b_only, "p_value": min(1.0, 2 * tail)}
+
+
 def confusion_matrix(predicted, gold, n_classes: int) -> torch.Tensor:
     """(C, C) counts: entry [g, p] is how many examples of class g were predicted as p.
 
@@ -431,20 +457,17 @@ def topic_sentences() -> dict[str, list[str]]:
     """Every sentence of each part of the Python documentation in :data:`TOPIC_SOURCES`.
 
     A sentence that appears in two parts is dropped from both, so the label is never ambiguous.
+    Read from the frozen file ``corpora/topic-sentences.json.gz`` (CPython 3.11's text, the same
+    on every Python version; rebuilt by ``python -m encoderlab.data --build``).
     """
-    from pydoc_data.topics import topics
+    from .data import read_frozen
 
-    from .data import module_docstrings, sentences_of
-
-    by_class = {}
-    for name, modules in TOPIC_SOURCES.items():
-        if modules is None:
-            texts = [topics[key] for key in sorted(topics)]
-        else:
-            texts = module_docstrings(modules.split())
-        by_class[name] = sentences_of(texts)
-    seen = Counter(s for sentences in by_class.values() for s in set(sentences))
-    return {name: [s for s in ss if seen[s] == 1] for name, ss in by_class.items()}
+    by_class = read_frozen("topic-sentences")
+    if list(by_class) != list(TOPIC_SOURCES):
+        raise ValueError(f"the frozen topic sentences have classes {list(by_class)}, expected "
+                         f"{list(TOPIC_SOURCES)}: rebuild them with `python -m encoderlab.data "
+                         "--build` on Python 3.11.")
+    return {name: list(sentences) for name, sentences in by_class.items()}
 
 
 def topic_task(n_train: int = 100, n_test: int = 50, seed: int = 0) -> ClassificationTask:
@@ -452,20 +475,34 @@ def topic_task(n_train: int = 100, n_test: int = 50, seed: int = 0) -> Classific
 
     From each class of :func:`topic_sentences`, ``n_train`` sentences go to training and
     ``n_test`` others to the test set, drawn at random with ``seed``; both sets are balanced,
-    and the training set is shuffled. The text shipped with the running Python decides the
-    sentences, so other Python versions give a similar but not identical task.
+    and the training set is shuffled. A test sentence that shares an 8-word span with a training
+    sentence is passed over for the next one (the training set stays as drawn). The sentences
+    are CPython 3.11's, frozen, so every Python version gets the same task.
     """
+    from .data import SPAN_WORDS, without_shared_spans
+
     by_class = topic_sentences()
     short = {name: len(ss) for name, ss in by_class.items() if len(ss) < n_train + n_test}
     if short:
         raise ValueError(f"n_train + n_test = {n_train + n_test} is more than some classes have "
                          f"({short}); ask for fewer.")
     g = torch.Generator().manual_seed(seed)
-    train, test = [], []
+    train, test, rest = [], [], []
     for label, sentences in enumerate(by_class.values()):
         order = torch.randperm(len(sentences), generator=g).tolist()
         train += [(sentences[i], label) for i in order[:n_train]]
-        test += [(sentences[i], label) for i in order[n_train:n_train + n_test]]
+        rest.append([(sentences[i], label) for i in order[n_train:]])
+    # A test sentence shares no 8-word span with any training sentence: each class's test set
+    # is the first n_test of its remaining sentences (in the random order) that pass.
+    train_texts = [t for t, _ in train]
+    for label, candidates in enumerate(rest):
+        fresh = set(without_shared_spans([t for t, _ in candidates], train_texts))
+        chosen = [c for c in candidates if c[0] in fresh][:n_test]
+        if len(chosen) < n_test:
+            raise ValueError(f"class {list(by_class)[label]!r} has only {len(chosen)} sentences "
+                             f"that share no {SPAN_WORDS}-word span with training; ask for "
+                             f"fewer than n_test = {n_test}.")
+        test += chosen
     train = [train[i] for i in torch.randperm(len(train), generator=g).tolist()]
     return ClassificationTask(
         train_texts=[t for t, _ in train], train_labels=torch.tensor([y for _, y in train]),
@@ -506,6 +543,8 @@ _TEMPLATES = (
     "since {DATE} the office in {LOC} has been run by {PER} .",
     "{PER} thinks {LOC} is colder than {LOC} .",
 )
+
+TAGGING_TEMPLATES = _TEMPLATES  # Lesson 7, §4: public, so that the lesson can print them
 
 
 @dataclass(frozen=True)
@@ -548,9 +587,11 @@ def tagging_task(n_train: int = 400, n_test: int = 200, seed: int = 0) -> Taggin
     """Template sentences about people (PER), places (LOC) and dates (DATE), tagged BIO.
 
     (Lesson 7, §4.) Built from fixed lists of computer scientists' names, cities, months and
-    years. A third of the first names, surnames and cities appear only in the test set, so the
-    test measures tagging of unseen names. Twelve words (Florence, Sydney, Austin, ...) are a
-    person in some sentences and a place in others, in both sets: only the context decides.
+    years. The names and cities are split in two thirds for training and one third for testing,
+    and the test sentences draw only from the held-out third, so apart from the twelve
+    ambiguous words every test name and city is unseen in training. Twelve words (Florence,
+    Sydney, Austin, ...) are a person in some sentences and a place in others, in both sets:
+    only the context decides.
     """
     g = torch.Generator().manual_seed(seed)
     split = [_split_names(names, g) for names in (_FIRST, _LAST, _PLACES)]
@@ -814,13 +855,16 @@ def _finish(curve: list, final: float, steps: int) -> tuple[torch.Tensor, torch.
 
 
 def frozen_outputs(encoder: nn.Module, tensors: dict, batch_size: int = 64,
-                   progress: bool = False) -> dict:
+                   progress: bool = False, all_layers: bool = False) -> dict:
     """Run a frozen encoder once over a data set: ``hidden`` (N, n, d) and ``pooled`` (N, d).
 
     (Lesson 7, §2.) A linear probe never changes the encoder, so its outputs can be computed
     once and reused for every step. Rows are processed in order of length, each batch cut to
     its longest row, so little time goes on padding; the padding mask makes the result the same
     as one row at a time (Lesson 3, §5). ``hidden`` is zero at the padded positions.
+    With ``all_layers=True`` the result also holds ``layers`` (L + 1, N, n, d): the embedding
+    output H^(0) and every block's output H^(1) ... H^(L), from the same single pass
+    (Lesson 7, §4 probes each of them).
     """
     from .train import tqdm
 
@@ -832,6 +876,7 @@ def frozen_outputs(encoder: nn.Module, tensors: dict, batch_size: int = 64,
     d = encoder.config.d_model
     hidden = torch.zeros(n_rows, n, d)  # (N, n, d)
     pooled = torch.zeros(n_rows, d)  # (N, d)
+    layers = None
     was_training = encoder.training
     encoder.eval()
     with torch.no_grad():
@@ -842,9 +887,16 @@ def frozen_outputs(encoder: nn.Module, tensors: dict, batch_size: int = 64,
             out = encoder(ids[rows, :m], attention_mask=mask[rows, :m],
                           token_type_ids=None if segments is None else segments[rows, :m])
             hidden[rows, :m] = out.last_hidden_state * mask[rows, :m, None]
+            if all_layers:
+                if layers is None:
+                    layers = torch.zeros(len(out.hidden_states), n_rows, n, d)  # (L+1, N, n, d)
+                for k, h in enumerate(out.hidden_states):  # h: (b, m, d)
+                    layers[k, rows, :m] = h * mask[rows, :m, None]
             if out.pooler_output is not None:
                 pooled[rows] = out.pooler_output
     encoder.train(was_training)
+    if all_layers:
+        return {"hidden": hidden, "pooled": pooled, "layers": layers}
     return {"hidden": hidden, "pooled": pooled}
 
 
@@ -950,12 +1002,25 @@ def _classify_recipe(pooling: str):
         tensors["test_labels"] = task.test_labels
         return tensors, _metadata(steps, [seconds], task=repr(task),
                                   classes="|".join(task.classes), pooling=pooling,
-                                  corpus=python_docs_corpus().fingerprint)
+                                  corpus=python_docs_corpus().fingerprint,
+                                  test_texts=texts_fingerprint(task.test_texts),
+                                  train_texts=texts_fingerprint(task.train_texts))
 
     name = {"cls": "[CLS]", "mean": "mean"}[pooling]
     recipe.__doc__ = (f"Lesson 7: fine-tune MiniLM on the 4-class docs-topic task, {name} "
                       "pooling.")
     return recipe
+
+
+def texts_fingerprint(texts: Sequence[str]) -> str:
+    """16 hex digits that identify a list of texts, in order (Lesson 7, §3).
+
+    A recorded run stores the fingerprint of the sentences it was scored on, and the lesson
+    checks it, so recorded logits are never read against a different test set.
+    """
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts) or not texts:
+        raise ValueError("texts must be a non-empty list of strings; for one text pass [text].")
+    return hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:16]
 
 
 def _metadata(steps, seconds, **extra) -> dict:

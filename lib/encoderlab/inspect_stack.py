@@ -7,8 +7,9 @@ its config, and reduces it to the few numbers a figure of Lesson 4 shows:
     breakdown = parameter_breakdown(config)  # {"token embeddings": V d, ...}, sums to the count
     on_cls = attention_to_tokens(out.attentions, ids, CLS_ID, attention_mask)  # (L, h)
     summary = cls_similarity_by_depth(out.hidden_states, attention_mask)  # (L + 1,)
+    same = similarity_across_sequences_of(out.hidden_states, input_ids == SEP_ID)  # (L + 1,)
     norms = residual_norms(out.hidden_states, attention_mask)  # (L + 1, real tokens)
-    grads = gradient_norms_by_layer(model, loss)  # L floats
+    grads = gradient_norms_by_layer(model, loss)  # L floats; parameter=... for one matrix
 
 Padding is always left out: a [PAD] position is neither a query nor a key that counts, and its
 vector is never averaged in.
@@ -36,10 +37,17 @@ __all__ = [
     "similarity_to_mean",
     "cls_similarity_by_depth",
     "similarity_across_sequences",
+    "similarity_across_sequences_of",
     "residual_norms",
     "layer_to_layer_similarity",
     "initialise",
     "gradient_norms_by_layer",
+    "value_contributions",
+    "hide_keys",
+    "mean_pool",
+    "block_without_residual",
+    "flops_per_layer",
+    "attention_crossover",
 ]
 
 # The parts of an encoder's parameter count, in the order a table lists them (Lesson 4, §5).
@@ -316,6 +324,44 @@ def similarity_across_sequences(hidden_states, position: int = 0) -> torch.Tenso
     return sim[:, off_diagonal].mean(dim=-1)  # (L + 1,)
 
 
+def similarity_across_sequences_of(
+    hidden_states,  # L + 1 tensors (b, n, d), or (L + 1, b, n, d)
+    select: torch.Tensor,  # (b, n) bool: the tokens to compare
+) -> torch.Tensor:
+    """Mean cosine between selected tokens of *different* sequences, at every depth: (L + 1,).
+
+    (Lesson 4, §6.) Every selected token of sequence a is compared with every selected token of
+    each other sequence b != a; pairs within one sequence are left out. With ``select`` true at
+    the [SEP] tokens this is the [SEP] analogue of :func:`similarity_across_sequences`; true at
+    the ordinary word tokens it is the baseline that says what "almost the same vector in every
+    sentence" means at that depth (word vectors of one model share a common direction, so the
+    baseline is not 0). Pass ``input_ids == tokenizer.sep_token_id`` and the like; [PAD]
+    positions must not be selected.
+    """
+    hs = _stack(hidden_states, "hidden states, L + 1 tensors (b, n, d)", 4, "hidden_states")
+    _, b, n, _ = hs.shape
+    if not isinstance(select, torch.Tensor) or select.dtype != torch.bool or (
+        tuple(select.shape) != (b, n)
+    ):
+        got = (f"{select.dtype} {tuple(select.shape)}" if isinstance(select, torch.Tensor)
+               else type(select).__name__)
+        raise ValueError(
+            f"select must be a boolean (b, n) = {(b, n)} tensor, True at the tokens to compare "
+            f"(e.g. input_ids == tokenizer.sep_token_id), got {got}."
+        )
+    select = select.to(hs.device)
+    if int(select.any(dim=1).sum()) < 2:
+        raise ValueError(
+            "comparing across sequences needs selected tokens in at least 2 sequences; "
+            f"select has True in {int(select.any(dim=1).sum())}."
+        )
+    sequence = torch.arange(b, device=hs.device)[:, None].expand(b, n)[select]  # (m,)
+    x = torch.nn.functional.normalize(hs[:, select], dim=-1)  # (L + 1, m, d), unit rows
+    sim = x @ x.transpose(-2, -1)  # (L + 1, m, m)
+    different = sequence[:, None] != sequence[None, :]  # (m, m): pairs across sequences
+    return sim[:, different].mean(dim=-1)  # (L + 1,)
+
+
 # --- The residual stream (Lesson 4, §6–§7) ---------------------------------------------------
 
 
@@ -401,15 +447,26 @@ def _blocks_of(model: nn.Module) -> nn.ModuleList:
     )
 
 
-def gradient_norms_by_layer(model: nn.Module, loss: torch.Tensor) -> list[float]:
+def gradient_norms_by_layer(
+    model: nn.Module, loss: torch.Tensor, parameter: str | None = None
+) -> list[float]:
     """The norm of d loss / d (all parameters of block l), for l = 1..L: L floats (Lesson 4, §7).
 
     Each entry is the Euclidean norm of the gradient of one block's parameters taken together
-    (attention, MLP and both LayerNorms). The gradients are computed with
-    ``torch.autograd.grad``: nothing is stored in ``.grad``, and the graph is kept, so the same
-    loss can still be back-propagated afterwards.
+    (attention, MLP and both LayerNorms). ``parameter`` names one tensor inside each block
+    instead, e.g. ``"mlp.2.weight"``: the MLP's second matrix, the W^{2,l} whose gradient
+    Xiong et al. (2020) analyse. The gradients are computed with ``torch.autograd.grad``:
+    nothing is stored in ``.grad``, and the graph is kept, so the same loss can still be
+    back-propagated afterwards.
     """
     blocks = _blocks_of(model)
+    if parameter is not None:
+        names = dict(blocks[0].named_parameters()) if len(blocks) else {}
+        if not isinstance(parameter, str) or parameter not in names:
+            raise ValueError(
+                f"parameter must name one parameter of a block, one of {sorted(names)}, "
+                f"got {parameter!r}."
+            )
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
         got = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise ValueError(f"loss must be a scalar tensor (0-d), got {got}; reduce it with .mean().")
@@ -418,7 +475,10 @@ def gradient_norms_by_layer(model: nn.Module, loss: torch.Tensor) -> list[float]
             "loss has no gradient graph: was it computed under torch.no_grad() or from "
             "detached tensors? Compute it with gradients enabled."
         )
-    groups = [[p for p in block.parameters() if p.requires_grad] for block in blocks]
+    if parameter is None:
+        groups = [[p for p in block.parameters() if p.requires_grad] for block in blocks]
+    else:
+        groups = [[dict(block.named_parameters())[parameter]] for block in blocks]
     flat = [p for group in groups for p in group]
     grads = torch.autograd.grad(loss, flat, retain_graph=True, allow_unused=True)
     norms, k = [], 0
@@ -430,3 +490,135 @@ def gradient_norms_by_layer(model: nn.Module, loss: torch.Tensor) -> list[float]
         norms.append(float(squares.sqrt()))
         k += len(group)
     return norms
+
+
+# --- What attention to a token contributes (Lesson 4, §6) --------------------------------------
+
+
+def value_contributions(
+    attention: nn.Module, h: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """Norms of what each key adds to each query, per head, after W_O: (b, heads, n_q, n_k).
+
+    (Lesson 4, §6.) Head k adds to query i the vector sum_j A_ij f_k(h_j), where
+    f_k(h) = (h W_V^(k) + b_V^(k)) W_O^(k) is key j's value carried through head k's slice of
+    W_O. Entry (b, k, i, j) is the norm ||A_ij f_k(h_j)|| = A_ij ||f_k(h_j)||: a weight times the
+    size of what it fetches (Kobayashi et al., 2020, "Attention is Not Only a Weight"). A key
+    with a large weight but a short f_k(h_j) adds little. ``attention`` is a
+    :class:`encoderlab.attention.MultiHeadAttention`, ``h`` its input (b, n, d) and ``weights``
+    the attention weights it computed for that input (b, heads, n, n).
+    """
+    for name in ("w_v", "w_o", "n_heads", "d_k"):
+        if not hasattr(attention, name):
+            raise ValueError(
+                f"value_contributions() needs a MultiHeadAttention (with w_v, w_o, n_heads, "
+                f"d_k), got {type(attention).__name__} without {name!r}; pass e.g. "
+                "model.blocks[0].attention."
+            )
+    if not isinstance(h, torch.Tensor) or h.dim() != 3:
+        got = tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
+        raise ValueError(f"h must be the block's input, shape (b, n, d), got {got}.")
+    b, n, d = h.shape
+    heads, d_k = attention.n_heads, attention.d_k
+    if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (b, heads, n, n):
+        got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+        raise ValueError(
+            f"weights must be the attention weights for h, shape {(b, heads, n, n)}, got {got}: "
+            "pass out.attentions[l] for the input out.hidden_states[l]."
+        )
+    with torch.no_grad():
+        v = attention.w_v(h).view(b, n, heads, d_k).transpose(1, 2)  # (b, heads, n, d_k)
+        w_o = attention.w_o.weight.T.reshape(heads, d_k, d)  # head k's rows of W_O: (heads, d_k, d)
+        f = torch.einsum("bknc,kcd->bknd", v, w_o)  # (b, heads, n_k, d): f_k(h_j)
+        size = f.norm(dim=-1)  # (b, heads, n_k)
+    return weights * size[:, :, None, :]  # (b, heads, n_q, n_k)
+
+
+def hide_keys(input_ids: torch.Tensor, token_id: int) -> torch.Tensor:
+    """A boolean mask (b, 1, n, n) that hides every key holding ``token_id`` (Lesson 4, §6).
+
+    True = may attend, as everywhere in the library. Passed as ``EncoderModel(..., mask=...)``,
+    it removes the token from every query's softmax in every layer, so the weight the token
+    would have taken is spread over the other keys in proportion to their weights; the token's
+    own row still attends to the others.
+    """
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        got = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else input_ids
+        raise ValueError(f"input_ids must have shape (b, n), got {got}.")
+    if isinstance(token_id, bool) or not isinstance(token_id, int):
+        raise ValueError(
+            f"token_id must be one int id, e.g. tokenizer.cls_token_id, got {token_id!r}."
+        )
+    b, n = input_ids.shape
+    visible = input_ids != token_id  # (b, n_k)
+    return visible[:, None, None, :].expand(b, 1, n, n).clone()  # (b, 1, n_q, n_k)
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean of each sequence's real token vectors: (b, n, d) -> (b, d) (Lesson 4, §6).
+
+    all-MiniLM-L6-v2's sentence vector (before its final normalisation): [PAD] positions,
+    where ``attention_mask`` is 0, are left out of the mean.
+    """
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3:
+        got = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+        raise ValueError(f"hidden must have shape (b, n, d), got {got}.")
+    b, n, _ = hidden.shape
+    real = _real_tokens(attention_mask, b, n, hidden.device).to(hidden.dtype)  # (b, n)
+    return (hidden * real[..., None]).sum(dim=1) / real.sum(dim=1, keepdim=True)  # (b, d)
+
+
+def block_without_residual(block: nn.Module, h: torch.Tensor, mask=None) -> torch.Tensor:
+    """A post-LN block with both identity paths removed: LN_2(MLP(LN_1(MHA(h)))) (Lesson 4, §2).
+
+    The block's own weights, with ``h + MHA(h)`` replaced by ``MHA(h)`` and ``h' + MLP(h')`` by
+    ``MLP(h')``: what the block would output if it had no residual connections. Dropout is not
+    applied. ``h``: (b, n, d); returns (b, n, d).
+    """
+    if getattr(block, "norm_position", None) != "post":
+        raise ValueError(
+            "block_without_residual() takes a post-LN EncoderBlock (norm_position == 'post'), "
+            f"got {type(block).__name__} with norm_position "
+            f"{getattr(block, 'norm_position', None)!r}."
+        )
+    a, _ = block.attention(h, mask=mask, need_weights=False)  # (b, n, d)
+    h = block.norm_1(a)  # no "+ h"
+    return block.norm_2(block.mlp(h))  # no "+ h'": (b, n, d)
+
+
+# --- What a block costs in arithmetic (Lesson 4, §5) --------------------------------------------
+
+
+def flops_per_layer(config: EncoderConfig, n: int) -> dict[str, int]:
+    """Floating-point operations of one encoder block on one sequence of n tokens (Lesson 4, §5).
+
+    Matrix products only, 2 operations (a multiply and an add) per multiply-accumulate:
+    ``"projections"`` W_Q, W_K, W_V, W_O: 4 x 2 n d^2; ``"MLP"``: 2 x 2 n d d_ff;
+    ``"attention"`` (QK^T and AV, all heads together): 2 x 2 n^2 d. With d_ff = 4d that is
+    24 n d^2 + 4 n^2 d. Biases, softmax, LayerNorm and GELU (O(n d) and O(h n^2)) are left out.
+    """
+    if not isinstance(config, EncoderConfig):
+        raise ValueError(
+            f"flops_per_layer() needs an EncoderConfig, got {type(config).__name__}."
+        )
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a number of tokens, an int >= 1, got {n!r}.")
+    d, f = config.d_model, config.d_ff
+    return {
+        "projections": 4 * 2 * n * d * d,  # Q, K, V, O: (n, d) @ (d, d) each
+        "MLP": 2 * 2 * n * d * f,  # up (n, d) @ (d, d_ff), down (n, d_ff) @ (d_ff, d)
+        "attention": 2 * 2 * n * n * d,  # QK^T: (n, d_k) @ (d_k, n) per head; AV likewise
+    }
+
+
+def attention_crossover(config: EncoderConfig) -> int:
+    """The length n at which attention's n^2 term equals the rest of a block (Lesson 4, §5).
+
+    4 n^2 d = 8 n d^2 + 4 n d d_ff  gives  n = 2d + d_ff, that is 6d when d_ff = 4d. Above it,
+    :func:`flops_per_layer`'s ``"attention"`` exceeds projections and MLP together.
+    """
+    if not isinstance(config, EncoderConfig):
+        raise ValueError(
+            f"attention_crossover() needs an EncoderConfig, got {type(config).__name__}."
+        )
+    return 2 * config.d_model + config.d_ff

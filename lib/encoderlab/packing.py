@@ -22,6 +22,9 @@ __all__ = [
     "pack_lengths",
     "padding_fraction",
     "padded_batch_fraction",
+    "padded_batch_entries",
+    "docstring_lengths",
+    "position_ids",
     "pack_sequences",
     "unpack",
     "packed_attention",
@@ -50,6 +53,18 @@ class Packing:
     def padding_fraction(self) -> float:
         """Fraction of the (n_rows, capacity) positions that hold no token."""
         return padding_fraction(self.lengths, self.n_rows * self.capacity)
+
+    @property
+    def dense_entries(self) -> int:
+        """Score entries per head that a dense kernel computes: every row's capacity^2."""
+        return self.n_rows * self.capacity**2
+
+    @property
+    def own_entries(self) -> int:
+        """Score entries per head of each sequence's own square, sum of n_i^2: what a
+        variable-length ("varlen") kernel computes, and what attention on each sequence alone
+        computes (Lesson 9, §5)."""
+        return sum(n * n for n in self.lengths)
 
 
 def _check_lengths(lengths, capacity) -> list[int]:
@@ -119,6 +134,53 @@ def padded_batch_fraction(lengths, batch_size: int) -> float:
         chunk = lengths[s : s + batch_size]
         total += len(chunk) * max(chunk)
     return padding_fraction(lengths, total)
+
+
+def padded_batch_entries(lengths, batch_size: int) -> int:
+    """Score entries per head that dense attention computes on padded batches (Lesson 9, §5).
+
+    The sequences, in the given order, go into batches of ``batch_size`` rows, each padded to
+    its own longest sequence n_max: every row of the batch then holds an n_max x n_max score
+    matrix, padding included. Pass ``sorted(lengths)`` for length-sorted batches.
+    """
+    lengths = [int(n) for n in lengths]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    if not lengths:
+        raise ValueError("padded_batch_entries() needs at least one sequence length, got none.")
+    return sum(len(lengths[s : s + batch_size]) * max(lengths[s : s + batch_size]) ** 2
+               for s in range(0, len(lengths), batch_size))
+
+
+def docstring_lengths(tokenizer, max_length: int = 512) -> list[int]:
+    """Token lengths of real paragraphs: the standard-library docstrings of the course's frozen
+    corpus, in corpus order (Lesson 9, §5).
+
+    Each docstring's prose sentences (``corpora/docstring-pairs.json.gz``, the text Lesson 8
+    draws its pairs from) are joined with spaces and tokenized with ``tokenizer`` (with
+    [CLS] and [SEP]), truncated to ``max_length`` tokens as a model with that many positions
+    would truncate them.
+    """
+    from .data import read_frozen  # the frozen corpus: the same text on every Python version
+
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"max_length must be an int >= 2 ([CLS] and [SEP]), got {max_length!r}.")
+    docstrings = read_frozen("docstring-pairs")["docstrings"]
+    return [len(tokenizer.encode(" ".join(sentences), truncation=True, max_length=max_length))
+            for sentences in docstrings]
+
+
+def position_ids(packing: Packing) -> torch.Tensor:
+    """(n_rows, capacity) position of every packed token, counted from the start of its own
+    sequence (Lesson 9, §5): 0, 1, ..., n_i - 1 for sequence i; 0 at the end-of-row padding.
+
+    A model with learned absolute positions needs these, not the positions in the row
+    (0 .. capacity - 1), to give a packed sequence the output it has alone.
+    """
+    ids = torch.zeros(packing.n_rows, packing.capacity, dtype=torch.long)  # (n_rows, capacity)
+    for (r, o), n in zip(packing.starts, packing.lengths, strict=True):
+        ids[r, o : o + n] = torch.arange(n)
+    return ids
 
 
 def pack_sequences(sequences: list[torch.Tensor], packing: Packing) -> torch.Tensor:

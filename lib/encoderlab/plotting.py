@@ -1954,11 +1954,13 @@ def retrieval_heatmap(
     title: str | None = None,
     colorbar: bool = True,
     colorbar_label: str = "cosine similarity",
+    vmax: float = 1.0,
 ):
     """A (n_q, n_d) matrix of query–document scores (Lesson 8, §3, Figure 2).
 
-    Rows are queries, columns documents, on the similarity colours of :func:`similarity_heatmap`
-    (white = the smallest score shown, dark blue = the largest). ``answers[i]`` (a set of column
+    Rows are queries, columns documents, on the diverging cosine colours of
+    :func:`similarity_map` (blue = -vmax, white = 0, red = +vmax; the figure key's scale for
+    cosines, which can be negative, is vmax = 1). ``answers[i]`` (a set of column
     indices) outlines query i's right documents in black (gid "answer"); each row's highest
     score gets a dot (gid "top1"), so a dot inside an outline is a hit at rank 1. Returns the Axes.
     """
@@ -1972,9 +1974,11 @@ def retrieval_heatmap(
     if answers is not None and len(answers) != n_q:
         raise ValueError(f"answers must have one set per query: {n_q} queries, "
                          f"{len(answers)} answer sets.")
+    if not vmax > 0:
+        raise ValueError(f"retrieval_heatmap needs vmax > 0 (the scale runs from -vmax to vmax), "
+                         f"got {vmax}.")
     ax = _new_axes(ax, figsize=(2.8 + 0.3 * n_d, 1.4 + 0.3 * n_q))
-    image = ax.imshow(s, cmap=SIMILARITY_CMAP, vmin=float(s.min()), vmax=float(s.max()),
-                      aspect="equal")
+    image = ax.imshow(s, cmap=COSINE_CMAP, vmin=-vmax, vmax=vmax, aspect="equal")
     ax.set_xticks(range(n_d), labels=list(doc_labels), rotation=90)
     ax.set_yticks(range(n_q), labels=list(query_labels))
     ax.tick_params(length=0)
@@ -2141,3 +2145,281 @@ def accuracy_bars(
         ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return ax
+
+
+# --- Lesson 10: masks coloured by the role each cell plays -------------------------------------
+
+_ROLE_LABELS = {
+    "encoder": "encoder: may attend ($M_{ij}=0$)",
+    "decoder": "decoder: may attend",
+    "cross": "cross: may attend",
+}
+
+
+def _masked_patch() -> Patch:
+    return Patch(facecolor=COLORS["masked"], edgecolor=_HATCH_COLOR, hatch=MASKED_HATCH,
+                 linewidth=0, label="masked ($M_{ij}=-\\infty$)")
+
+
+def role_mask_grid(
+    mask,
+    roles,
+    ax=None,
+    title: str | None = None,
+    tokens=None,
+    labels: Mapping[str, str] | None = None,
+    annotate: bool | None = None,
+    legend: bool = True,
+):
+    """A boolean mask whose open cells are coloured by the role they play (Lesson 10, §3).
+
+    ``roles`` is an (n_q, n_kv) array of role names ("encoder", "decoder", "cross" or any colour):
+    the prefix-LM's prefix block reads like an encoder, its output rows read the prefix like
+    cross-attention and their own past like a decoder. Masked cells are hatched grey as always.
+    ``labels`` names each role in the legend. Returns the Axes.
+    """
+    m = _squeeze_to_2d(_as_array(mask, dtype=bool), "role_mask_grid")
+    r = np.asarray(roles, dtype=object)
+    if r.shape != m.shape:
+        raise ValueError(
+            f"roles must give one role per cell of the mask, shape {m.shape}, got {r.shape}."
+        )
+    ax = mask_grid(m, ax=ax, title=title, tokens=tokens, role="white", annotate=annotate,
+                   legend=False)
+    present = list(dict.fromkeys(r[m].tolist()))  # roles of the open cells, in reading order
+    for role in present:
+        ax.imshow(np.ma.masked_array(np.ones(m.shape), mask=~(m & (r == role))),
+                  cmap=ListedColormap([COLORS.get(role, role)]), vmin=0, vmax=1,
+                  aspect="equal", zorder=1.2)
+    if legend:
+        names = {**_ROLE_LABELS, **(labels or {})}
+        handles = [Patch(facecolor=COLORS.get(role, role), label=names.get(role, role))
+                   for role in present]
+        ax.legend(handles=handles + [_masked_patch()], loc="upper left",
+                  bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    return ax
+
+
+def mask_grids(
+    mask_list,
+    roles: Sequence[str],
+    titles: Sequence[str],
+    tokens: Sequence | None = None,
+    figsize: tuple[float, float] = (7.2, 3.6),
+    annotate: bool = True,
+):
+    """Masks side by side, tops aligned, one legend with every role's colour (Lesson 10, §1).
+
+    ``roles`` gives each panel's role (its colour); ``tokens`` one label set per panel (a list,
+    or a pair (query_tokens, key_tokens)). Panels are as wide as their masks, so cells have one
+    size across the figure. Returns the Figure.
+    """
+    if not (len(mask_list) == len(roles) == len(titles)) or not mask_list:
+        raise ValueError(
+            f"mask_grids needs one role and one title per mask, got {len(mask_list)} masks, "
+            f"{len(roles)} roles and {len(titles)} titles."
+        )
+    tokens = list(tokens) if tokens is not None else [None] * len(mask_list)
+    grids = []
+    for mask in mask_list:
+        m = _as_array(mask, dtype=bool)
+        while m.ndim > 2 and m.shape[0] == 1:
+            m = m[0]
+        grids.append(m if m.ndim == 2 else m[None, :])
+    widths = [g.shape[-1] for g in grids]
+    use_style()
+    fig, axes = plt.subplots(1, len(grids), figsize=figsize, layout="constrained",
+                             gridspec_kw={"width_ratios": widths}, squeeze=False)
+    for ax, mask, role, title, tok in zip(axes[0], mask_list, roles, titles, tokens, strict=True):
+        mask_grid(mask, ax=ax, title=title, tokens=tok, role=role, annotate=annotate,
+                  legend=False)
+        ax.set_anchor("N")  # align the tops of panels of different heights
+    handles = [Patch(facecolor=COLORS.get(role, role), label=_ROLE_LABELS.get(role, role))
+               for role in dict.fromkeys(roles)]
+    fig.legend(handles=handles + [_masked_patch()], loc="outside lower center",
+               ncols=len(handles) + 1, fontsize=8)
+    return fig
+
+
+# --- Lesson 9: fractions by mask, and curves over n in the key's colours ------------------------
+
+__all__ += ["role_bars", "role_lines", "ratio_lines"]
+
+
+def role_bars(categories: Sequence[str], series: Mapping[str, tuple], ax=None,
+              ylabel: str = "", xlabel: str = "", title: str | None = None,
+              fmt: str = "{:.2f}", hatch: Mapping[str, str] | None = None):
+    """Grouped bars, one group per category, one bar per series, each series in the colour of
+    its role in the figure key (Lesson 9, Figure 2).
+
+    ``series`` maps a label to ``(values, role)``: one value per category, and a key of
+    :data:`COLORS` ("reference" for a count or formula, "library" for a measurement of the
+    course library). ``hatch`` optionally maps a label to a hatch pattern, so that two series
+    never differ by colour alone. Values are written on the bars. Returns the Axes.
+    """
+    categories = list(categories)
+    if not categories or not series:
+        raise ValueError("role_bars() needs at least one category and one series, got "
+                         f"{len(categories)} and {len(series)}.")
+    for label, (values, role) in series.items():
+        if len(values) != len(categories) or role not in COLORS:
+            raise ValueError(
+                f"series {label!r} needs one value per category ({len(categories)}) and a role "
+                f"of the figure key {sorted(COLORS)}; got {len(values)} values and {role!r}.")
+    ax = _new_axes(ax, figsize=(7.0, 3.2))
+    width = 0.8 / len(series)
+    for s_index, (label, (values, role)) in enumerate(series.items()):
+        positions = [k + (s_index - (len(series) - 1) / 2) * width for k in range(len(categories))]
+        face = COLORS[role] if role != "reference" else "white"  # a black bar hides its label
+        bars = ax.bar(positions, [float(v) for v in values], width=width * 0.92, color=face,
+                      edgecolor=COLORS[role], linewidth=1.0,
+                      hatch=(hatch or {}).get(label), label=label)
+        ax.bar_label(bars, labels=[fmt.format(float(v)) for v in values], fontsize=8, padding=2)
+    ax.set_xticks(range(len(categories)), labels=categories)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.margins(y=0.15)  # room for the value labels
+    ax.grid(axis="y")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    ax.legend()
+    return ax
+
+
+def role_lines(xs, series: Mapping[str, Mapping], ax=None, xlabel: str = "sequence length n",
+               ylabel: str = "", title: str | None = None, log2_x: bool = True):
+    """Curves over x in the key's colours, line styles and markers (Lesson 9, Figures 3–5).
+
+    ``series`` maps a label to a dict with ``values`` (one per x), ``role`` (a key of
+    :data:`COLORS`), optionally ``style`` (a key of :data:`LINESTYLES`: "theory" draws the
+    dotted line of a formula; default solid) and ``marker`` (a key of :data:`MARKERS`, or
+    None for no marker; default "measured", the filled circle). ``log2_x`` puts x on a log2
+    axis with a tick at every x. Returns the Axes.
+    """
+    xs = list(xs)
+    ax = _new_axes(ax, figsize=(7.0, 3.2))
+    for label, spec in series.items():
+        values = _as_array(spec["values"])
+        role = spec["role"]
+        if len(values) != len(xs) or role not in COLORS:
+            raise ValueError(
+                f"series {label!r} needs one value per x ({len(xs)}) and a role of the figure "
+                f"key {sorted(COLORS)}; got {len(values)} values and {role!r}.")
+        marker = spec.get("marker", "measured")
+        ax.plot(xs, values, color=COLORS[role],
+                linestyle=LINESTYLES[spec.get("style", "encoder")], linewidth=1.5,
+                marker=MARKERS[marker] if marker else None, markersize=5,
+                markerfacecolor="white" if marker == "recorded" else COLORS[role], label=label)
+    return _finish_lines(ax, xs if log2_x else None, xlabel, ylabel, title)
+
+
+def _finish_lines(ax, log2_xs, xlabel: str, ylabel: str, title: str | None):
+    """Axis labels, a y grid, the legend, and (given ``log2_xs``) a log2 x axis with a tick at
+    every x: the common end of :func:`role_lines` and :func:`ratio_lines`."""
+    if log2_xs is not None:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(log2_xs, labels=[str(x) for x in log2_xs])
+        ax.xaxis.set_minor_locator(mpl.ticker.NullLocator())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y")
+    if title:
+        ax.set_title(title)
+    ax.legend()
+    return ax
+
+
+# --- Lesson 5: draws of a random procedure against their targets -------------------------------
+
+_BAND_COLOR = "#E6E6E6"  # a plain pale grey, unhatched: a range of noise, not a masked cell
+
+
+def draws_around_target(
+    draws: Mapping[str, Sequence[float]],
+    targets: Mapping[str, float],
+    sds: Mapping[str, float],
+    ax=None,
+    ylabel: str = "measured - target (percentage points)",
+    title: str | None = None,
+    role: str = "encoder",
+):
+    """One column per share: each draw's deviation from its target as a dot, and the band of
+    ±2 standard deviations that binomial sampling alone allows (Lesson 5, Figure 1).
+
+    ``draws[name]`` holds one measured share per draw, ``targets[name]`` the share the procedure
+    aims at, ``sds[name]`` the binomial standard deviation of one draw's share (all as fractions;
+    the axis shows percentage points). Dots inside the grey band are what a correct
+    implementation produces; a biased one sits outside it. Returns the Axes.
+    """
+    names = list(draws)
+    if not names:
+        raise ValueError("draws_around_target() needs at least one series of draws, got none.")
+    missing = [n for n in names if n not in targets or n not in sds]
+    if missing:
+        raise ValueError(f"targets and sds need a value for every series; missing for {missing}.")
+    if role not in COLORS:
+        raise ValueError(f"role must be one of {list(COLORS)}, got {role!r}.")
+    ax = _new_axes(ax, figsize=(1.3 * len(names) + 2.2, 3.2))
+    for k, name in enumerate(names):
+        values = (_as_array(draws[name]) - float(targets[name])) * 100  # (draws,) in points
+        if values.ndim != 1 or values.size == 0:
+            raise ValueError(f"draws[{name!r}] must be a non-empty list of shares.")
+        band = 2 * float(sds[name]) * 100
+        ax.fill_between([k - 0.35, k + 0.35], -band, band, color=_BAND_COLOR,
+                        linewidth=0, label="±2 s.d., binomial" if k == 0 else None)
+        jitter = np.linspace(-0.22, 0.22, values.size)  # spread the dots so none hide another
+        ax.scatter(k + jitter, values, s=14, color=COLORS[role], zorder=3,
+                   marker=MARKERS["measured"], label="one draw" if k == 0 else None)
+    ax.axhline(0.0, color=COLORS["reference"], linestyle=LINESTYLES["theory"], linewidth=1.2,
+               label="target")
+    ax.set_xticks(range(len(names)), labels=names)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y")
+    ax.set_axisbelow(True)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def ratio_lines(
+    xs,
+    series: Mapping[str, Mapping],
+    ax=None,
+    xlabel: str = "sequence length n",
+    ylabel: str = "ratio",
+    title: str | None = None,
+):
+    """Medians with their spread as error bars over n, on a log2 x axis (Lesson 3, Figure 3).
+
+    ``series`` maps a label to a dict with ``values`` (one median per x), ``role`` (a key of
+    :data:`COLORS`) and optionally ``low`` and ``high`` (the lowest and highest sample per x,
+    drawn as error bars), ``style`` (a key of :data:`LINESTYLES`; "theory" draws a formula's
+    dotted line) and ``marker`` (a key of :data:`MARKERS`, or None; default "measured").
+    A thin grey line marks 1 (no difference). Returns the Axes.
+    """
+    xs = list(xs)
+    ax = _new_axes(ax, figsize=(5.2, 3.4))
+    ax.axhline(1.0, color="#999999", linewidth=0.8, zorder=0)  # ratio 1: no difference
+    for k, (label, spec) in enumerate(series.items()):
+        values = _as_array(spec["values"])
+        role = spec["role"]
+        if len(values) != len(xs) or role not in COLORS:
+            raise ValueError(
+                f"series {label!r} needs one value per x ({len(xs)}) and a role of the figure "
+                f"key {sorted(COLORS)}; got {len(values)} values and {role!r}.")
+        marker = spec.get("marker", "measured")
+        errors = None
+        if "low" in spec and "high" in spec:
+            low, high = _as_array(spec["low"]), _as_array(spec["high"])
+            errors = np.vstack([values - low, high - values])  # (2, len(xs)), both >= 0
+        # measured series sit side by side, a few per cent apart, so their bars do not overlap
+        shift = 1.0 if errors is None else 1.0 + 0.03 * (k - (len(series) - 1) / 2)
+        ax.errorbar(np.asarray(xs, dtype=float) * shift, values, yerr=errors,
+                    color=COLORS[role], linestyle=LINESTYLES[spec.get("style", "encoder")],
+                    linewidth=1.5, capsize=3, elinewidth=1.0,
+                    marker=MARKERS[marker] if marker else None, markersize=5,
+                    markerfacecolor="white" if marker == "recorded" else COLORS[role],
+                    label=label)
+    return _finish_lines(ax, xs, xlabel, ylabel, title)

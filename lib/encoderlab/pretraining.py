@@ -13,7 +13,9 @@ Lesson 5 trained an encoder with BERT's objective: choose 15 % of the tokens, co
   the masked positions (:func:`replace_with_samples`) and a discriminator labels *every*
   position original or replaced (:func:`rtd_labels`, :class:`Electra`);
 - **how to compare them** (§5-§6): the positions that carry loss (:func:`signal_fraction`),
-  training FLOPs by formula (:func:`forward_flops`), and a frozen-encoder linear probe on a small
+  training FLOPs by formula (:func:`forward_flops`), whether the discriminator learned more than
+  a constant guess or a context-free look-up of the token (:func:`constant_guess_bce`,
+  :func:`roc_auc`, :func:`token_replaced_rate`), and a frozen-encoder linear probe on a small
   task built from the corpus (:func:`source_task`, :func:`linear_probe`).
 
 The two pretraining runs of §6 take minutes, so they are recipes of the artefact command
@@ -22,6 +24,7 @@ The two pretraining runs of §6 take minutes, so they are recipes of the artefac
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -55,7 +58,13 @@ __all__ = [
     "rtd_loss",
     "TokenDiscriminator",
     "Electra",
+    "ProjectedEmbeddings",
+    "TiedGeneratorHead",
     "masked_positions_loss",
+    "constant_guess_bce",
+    "roc_auc",
+    "token_replaced_rate",
+    "disc_weight_effect",
     "corruption_kinds",
     "rtd_kinds",
     "signal_fraction",
@@ -550,6 +559,48 @@ class TokenDiscriminator(nn.Module):
         return self.head(h).squeeze(-1)  # (b, n)
 
 
+class ProjectedEmbeddings(nn.Module):
+    """The discriminator's embeddings, projected to the generator's width (Lesson 6, §4).
+
+    ELECTRA shares the embeddings (token, position and segment tables and their LayerNorm)
+    between its two networks; when the generator is narrower, it reads the shared d_disc-wide
+    H^(0) through one linear map to its own width, as the reference implementation does.
+    """
+
+    def __init__(self, shared: nn.Module, d_shared: int, d_model: int):
+        super().__init__()
+        self.shared = shared  # the discriminator's Embeddings module itself, not a copy
+        self.project = nn.Linear(d_shared, d_model)  # (d_disc,) -> (d_gen,)
+
+    def forward(self, input_ids, token_type_ids=None) -> torch.Tensor:
+        return self.project(self.shared(input_ids, token_type_ids))  # (b, n, d_gen)
+
+
+class TiedGeneratorHead(nn.Module):
+    """The generator's MLM head with its output layer tied to the shared token embeddings
+    (Lesson 6, §4): h -> LayerNorm(GELU(h W)) E_token^T + b, as in BERT and ELECTRA.
+
+    Through the softmax over the vocabulary, every step's MLM loss sends a gradient to every
+    row of E_token, also the rows of tokens that no input of the step contains.
+    """
+
+    def __init__(self, d_model: int, token_embedding: nn.Embedding, layer_norm_eps: float):
+        super().__init__()
+        vocab_size, d_shared = token_embedding.weight.shape
+        self.transform = nn.Linear(d_model, d_shared)  # (d_gen,) -> (d_disc,)
+        self.norm = nn.LayerNorm(d_shared, eps=layer_norm_eps)
+        self.token_embedding = token_embedding  # shared, not a copy
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        x = self.norm(F.gelu(self.transform(h)))  # (..., d_disc)
+        # The table's rows have norm about sqrt(d) (nn.Embedding draws N(0, 1); the embeddings'
+        # LayerNorm makes that scale harmless on the input side); dividing by sqrt(d) keeps the
+        # initial logits near unit scale instead of about sqrt(d) times larger.
+        scale = self.token_embedding.weight.shape[1] ** -0.5
+        return scale * (x @ self.token_embedding.weight.T) + self.bias  # (..., V)
+
+
 class Electra(nn.Module):
     """A small MLM generator and a discriminator, trained together (Lesson 6, §4).
 
@@ -558,20 +609,42 @@ class Electra(nn.Module):
     masks every chosen position), let the generator predict them (MLM loss), put its samples
     in the original sequence (:func:`replace_with_samples`), and score the discriminator on
     every real position (:func:`rtd_loss`). The training loss is
-    ``generator_loss + disc_weight * discriminator_loss`` (ELECTRA uses 50). The two networks
-    share nothing here (ELECTRA shares the embeddings); after training the generator is
-    thrown away and the discriminator is the encoder that is kept.
+    ``generator_loss + disc_weight * discriminator_loss`` (ELECTRA uses 50).
+
+    ``share_embeddings=True`` (ELECTRA's choice, Clark et al. 2020, §3.2) gives the generator
+    the discriminator's embedding module (:class:`ProjectedEmbeddings`) and ties its output
+    layer to the shared token table (:class:`TiedGeneratorHead`). Then, and only then, the
+    weight λ matters to an optimiser like Adam: the shared parameters receive the sum of both
+    losses' gradients, and λ sets their mix. Without sharing, each parameter gets one loss's
+    gradient, and Adam's update does not change when a loss is multiplied by a constant.
+    After training the generator is thrown away and the discriminator is the encoder kept.
     """
 
-    def __init__(self, generator_config: EncoderConfig, discriminator_config: EncoderConfig):
+    def __init__(self, generator_config: EncoderConfig, discriminator_config: EncoderConfig,
+                 share_embeddings: bool = False):
         super().__init__()
         if generator_config.vocab_size != discriminator_config.vocab_size:
             raise ValueError(
                 "the generator and the discriminator must share one vocabulary, got vocab_size "
                 f"{generator_config.vocab_size} and {discriminator_config.vocab_size}."
             )
+        if share_embeddings and (generator_config.n_max != discriminator_config.n_max
+                                 or generator_config.n_segments
+                                 != discriminator_config.n_segments):
+            raise ValueError(
+                "shared embeddings need one n_max and one n_segments in both configs, got "
+                f"n_max {generator_config.n_max} / {discriminator_config.n_max} and n_segments "
+                f"{generator_config.n_segments} / {discriminator_config.n_segments}."
+            )
+        self.share_embeddings = bool(share_embeddings)
         self.generator = TinyLM(generator_config, causal=False)
         self.discriminator = TokenDiscriminator(discriminator_config)
+        if self.share_embeddings:
+            shared = self.discriminator.encoder.embeddings
+            self.generator.encoder.embeddings = ProjectedEmbeddings(
+                shared, discriminator_config.d_model, generator_config.d_model)
+            self.generator.head = TiedGeneratorHead(generator_config.d_model, shared.token,
+                                                    generator_config.layer_norm_eps)
 
     def losses(self, input_ids, attention_mask, special_ids, mask_id: int, p: float = 0.15,
                rng: torch.Generator | None = None) -> dict[str, torch.Tensor]:
@@ -592,6 +665,103 @@ class Electra(nn.Module):
             "mlm_labels": labels,
             "discriminator_logits": disc_logits.detach(),
         }
+
+
+def constant_guess_bce(rate: float) -> float:
+    """The binary cross-entropy, in nats, of always predicting P(replaced) = ``rate`` on labels
+    whose share of ones is ``rate``: the entropy H(rate), the loss of a discriminator that
+    learned the base rate and nothing else (Lesson 6, §6)."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate < 1.0:
+        raise ValueError(f"rate must be a share of replaced positions in (0, 1), got {rate!r}.")
+    return -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+
+
+def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """The area under the ROC curve (Lesson 6, §6): the probability that a random position
+    labelled 1 gets a higher score than a random position labelled 0, ties counting one half.
+    0.5 is a score that knows nothing, 1.0 a perfect ranking. ``scores`` and ``labels`` are
+    1-d, of one length; computed from ranks (the Mann-Whitney U statistic)."""
+    if not (isinstance(scores, torch.Tensor) and isinstance(labels, torch.Tensor)
+            and scores.dim() == 1 and labels.shape == scores.shape):
+        raise ValueError("scores and labels must be two 1-d tensors of one length; select the "
+                         "scored positions first, e.g. logits[labels != -100].")
+    y = labels.bool()
+    positives, negatives = int(y.sum()), int((~y).sum())
+    if positives == 0 or negatives == 0:
+        raise ValueError(f"need both labels, got {positives} ones and {negatives} zeros.")
+    values, inverse, counts = torch.unique(scores.double(), return_inverse=True,
+                                           return_counts=True)
+    below = torch.cumsum(counts, 0) - counts  # how many scores lie below each distinct value
+    ranks = (below + (counts + 1) / 2)[inverse]  # average 1-based rank, ties shared
+    u = ranks[y].sum() - positives * (positives + 1) / 2
+    return (u / (positives * negatives)).item()
+
+
+def token_replaced_rate(corrupted_ids: torch.Tensor, labels: torch.Tensor, vocab_size: int,
+                        prior_weight: float = 1.0) -> torch.Tensor:
+    """(V,) P(replaced | the token the discriminator reads), counted on corrupted sequences
+    (Lesson 6, §6): a baseline that looks at one token and no context. Each token's count is
+    smoothed towards the overall rate by ``prior_weight`` pseudo-positions, so a token seen
+    rarely (or never) gets about the base rate. ``labels`` are :func:`rtd_labels`."""
+    if not (isinstance(corrupted_ids, torch.Tensor) and isinstance(labels, torch.Tensor)
+            and labels.shape == corrupted_ids.shape):
+        raise ValueError("corrupted_ids and labels must be tensors of one shape (b, n).")
+    if isinstance(prior_weight, bool) or not isinstance(prior_weight, (int, float)) \
+            or prior_weight <= 0:
+        raise ValueError(f"prior_weight must be a positive number, got {prior_weight!r}.")
+    scored = labels != IGNORE_INDEX
+    if not scored.any():
+        raise ValueError("labels hold no scored position (all are -100).")
+    ids, y = corrupted_ids[scored], labels[scored].double()  # (k,), (k,)
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+        raise ValueError(f"corrupted_ids must lie in [0, {vocab_size}), got ids from "
+                         f"{int(ids.min())} to {int(ids.max())}.")
+    replaced = torch.zeros(vocab_size, dtype=torch.float64).index_add_(0, ids, y)  # (V,)
+    seen = torch.zeros(vocab_size, dtype=torch.float64).index_add_(0, ids, torch.ones_like(y))
+    return (replaced + prior_weight * y.mean()) / (seen + prior_weight)
+
+
+def disc_weight_effect(make_model, batches, special_ids, mask_id: int,
+                       weights: tuple[float, float] = (1.0, 50.0), steps: int = 3,
+                       lr: float = 1e-3, seed: int = 0) -> float:
+    """How much λ changes the discriminator's training: the norm of the difference between its
+    total updates after ``steps`` AdamW steps with λ = ``weights[0]`` and with λ = ``weights[1]``
+    (from one initial model, on the same batches and draws), relative to the norm of the
+    second update (Lesson 6, §4).
+
+    ``make_model()`` must return the same fresh :class:`Electra` each time (seed it inside).
+    Without shared parameters the result is small: Adam divides each gradient by its own
+    running scale, so multiplying the discriminator's loss by a constant changes nothing,
+    except for gradients as small as Adam's ε (1e-8), such as those that are zero in exact
+    arithmetic (a key bias) and only rounding error in practice. With shared embeddings λ
+    sets the mix of the two gradients in the shared weights, and everything downstream of
+    them changes.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}.")
+    if len(batches) < steps:
+        raise ValueError(f"need at least steps={steps} batches of (input_ids, attention_mask), "
+                         f"got {len(batches)}.")
+    start, finals = None, []
+    for weight in weights:
+        model = make_model()
+        if not isinstance(model, Electra):
+            raise ValueError(f"make_model() must return an Electra, got {type(model).__name__}.")
+        model.train()
+        if start is None:
+            start = torch.cat([p.detach().flatten() for p in model.discriminator.parameters()])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+        rng = torch.Generator().manual_seed(seed)
+        for ids, am in batches[:steps]:
+            out = model.losses(ids, am, special_ids, mask_id, rng=rng)
+            loss = out["generator_loss"] + weight * out["discriminator_loss"]
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        finals.append(torch.cat([p.detach().flatten()
+                                 for p in model.discriminator.parameters()]))
+    moved = [final - start for final in finals]  # the discriminator's total update per λ
+    return ((moved[0] - moved[1]).norm() / moved[1].norm()).item()
 
 
 def corruption_kinds(original: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor,
@@ -670,16 +840,11 @@ class ProbeTask:
 
 def reference_sentences() -> set[str]:
     """The corpus sentences that come from the language reference (``pydoc_data.topics``),
-    as opposed to a module's docstrings (Lesson 6, §6)."""
-    from pydoc_data.topics import topics
-
-    found = set()
-    for name in sorted(topics):
-        for paragraph in data._prose_paragraphs(topics[name]):
-            for sentence in data._SENTENCE_END.split(paragraph):
-                if data._is_sentence(sentence.strip()):
-                    found.add(sentence.strip())
-    return found
+    as opposed to a module's docstrings (Lesson 6, §6). Read from the frozen corpus's record
+    of sources, so the set is the same on every Python version."""
+    return {sentence for sentence, source in zip(data.python_docs_sentences(),
+                                                 data.python_docs_sources())
+            if source == "language reference"}
 
 
 def _balanced(texts: list[str], reference: set[str], g: torch.Generator):
@@ -747,6 +912,12 @@ def linear_probe(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Ten
         raise ValueError("each feature matrix needs one label per row.")
     if not set(train_y.unique().tolist()) <= {0, 1}:
         raise ValueError("labels must be 0 or 1.")
+    predicted = _probe_predictions(train_x, train_y, test_x, l2, steps)  # (N_test,) bool
+    return (predicted == test_y.bool()).double().mean().item()
+
+
+def _probe_predictions(train_x, train_y, test_x, l2: float, steps: int) -> torch.Tensor:
+    """(N_test,) bool: the fitted probe's predictions (label 1) for ``test_x``."""
     train_x, test_x = train_x.double(), test_x.double()
     mean, std = train_x.mean(dim=0), train_x.std(dim=0).clamp(min=1e-8)
     xs, xt = (train_x - mean) / std, (test_x - mean) / std
@@ -764,8 +935,117 @@ def linear_probe(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Ten
     with torch.enable_grad():
         opt.step(closure)
     with torch.no_grad():
-        predicted = (xt @ w + b) > 0
-    return (predicted == test_y.bool()).double().mean().item()
+        return (xt @ w + b) > 0
+
+
+def cross_validated_correct(features: torch.Tensor, labels: torch.Tensor, folds: int = 5,
+                            seed: int = 0, l2: float = 1e-3, steps: int = 100) -> torch.Tensor:
+    """(N,) bool: for every example, whether :func:`linear_probe`'s logistic regression got it
+    right when fitted on the other folds (k-fold cross-validation, Lesson 6, §6).
+
+    Every example is predicted exactly once, by a probe that never saw it, so two encoders
+    scored on the same ``labels`` with the same ``seed`` can be compared example by example
+    (:func:`mcnemar`). ``features`` is (N, d), ``labels`` (N,) of 0 and 1.
+    """
+    if not isinstance(features, torch.Tensor) or features.dim() != 2 \
+            or not isinstance(labels, torch.Tensor) or labels.shape != (len(features),):
+        raise ValueError(f"features must be (N, d) and labels (N,), got "
+                         f"{tuple(getattr(features, 'shape', ()))} and "
+                         f"{tuple(getattr(labels, 'shape', ()))}.")
+    if isinstance(folds, bool) or not isinstance(folds, int) or not 2 <= folds <= len(labels):
+        raise ValueError(f"folds must be an int from 2 to N = {len(labels)}, got {folds!r}.")
+    if not set(labels.unique().tolist()) <= {0, 1}:
+        raise ValueError("labels must be 0 or 1.")
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
+    correct = torch.zeros(len(labels), dtype=torch.bool)
+    for fold in range(folds):
+        test = order[fold::folds]  # every folds-th example of one shuffled order
+        train = torch.ones(len(labels), dtype=torch.bool)
+        train[test] = False
+        predicted = _probe_predictions(features[train], labels[train], features[test], l2, steps)
+        correct[test] = predicted == labels[test].bool()
+    return correct
+
+
+def mcnemar(correct_a: torch.Tensor, correct_b: torch.Tensor) -> tuple[int, int, float]:
+    """McNemar's exact test for two classifiers scored on the same examples (Lesson 6, §6).
+
+    Returns ``(a_only, b_only, p)``: how many examples only A got right, how many only B got
+    right, and the two-sided p-value of "A and B are equally accurate" — under that hypothesis
+    each discordant example is a fair coin, so ``a_only`` is Binomial(a_only + b_only, 1/2).
+    Examples both got right (or both wrong) say nothing about the difference and are ignored.
+    """
+    if not (isinstance(correct_a, torch.Tensor) and isinstance(correct_b, torch.Tensor)
+            and correct_a.dim() == 1 and correct_a.shape == correct_b.shape):
+        raise ValueError("pass two 1-d boolean tensors of one length: whether each classifier "
+                         "got each example right, on the same examples in the same order.")
+    a, b = correct_a.bool(), correct_b.bool()
+    a_only, b_only = int((a & ~b).sum()), int((~a & b).sum())
+    n, k = a_only + b_only, min(a_only, b_only)
+    if n == 0:
+        return a_only, b_only, 1.0
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n  # P(X <= k), X ~ Bin(n, 1/2)
+    return a_only, b_only, min(1.0, 2 * tail)
+
+
+def word_order_task(sentences: Sequence[str], seed: int = 0) -> tuple[list[str], torch.Tensor]:
+    """A probe task on word order (Lesson 6, §6): half of ``sentences`` (chosen at random) have
+    their words shuffled, label 1; the other half stay as they are, label 0. Each sentence
+    appears once. A bag of words cannot tell the classes apart: both hold the same words."""
+    sentences = _check_sentences(sentences, at_least=2)
+    g = torch.Generator().manual_seed(seed)
+    shuffled = torch.zeros(len(sentences), dtype=torch.long)
+    shuffled[torch.randperm(len(sentences), generator=g)[:len(sentences) // 2]] = 1
+    texts = []
+    for sentence, label in zip(sentences, shuffled.tolist()):
+        words = sentence.split()
+        if label and len(set(words)) > 1:
+            order = torch.randperm(len(words), generator=g)
+            while all(words[i] == w for i, w in zip(order.tolist(), words)):
+                order = torch.randperm(len(words), generator=g)  # a different order
+            words = [words[i] for i in order.tolist()]
+        elif label:
+            shuffled[len(texts)] = 0  # one distinct word: no other order exists
+        texts.append(" ".join(words))
+    return texts, shuffled
+
+
+def sentence_bootstrap(scores_a: torch.Tensor, scores_b: torch.Tensor, labels: torch.Tensor,
+                       groups: torch.Tensor, resamples: int = 1000,
+                       seed: int = 0) -> dict[str, torch.Tensor]:
+    """Paired bootstrap over sentences of two probability scores on the same positions
+    (Lesson 6, §6): draw the sentences with replacement, take all positions of each drawn
+    sentence, and compute on that sample AUC(a) − AUC(b) and BCE(a) − BCE(b) (nats).
+
+    ``scores_a``, ``scores_b`` (probabilities), ``labels`` (0/1) and ``groups`` (the sentence
+    index of each position) are 1-d, of one length. Returns ``{"auc": (resamples,),
+    "bce": (resamples,)}``; their 2.5 and 97.5 percentiles are a 95 % interval.
+    """
+    tensors = (scores_a, scores_b, labels, groups)
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 1 and t.shape == scores_a.shape
+               for t in tensors):
+        raise ValueError("scores_a, scores_b, labels and groups must be 1-d tensors of one "
+                         "length, one entry per scored position.")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise ValueError(f"resamples must be an int >= 1, got {resamples!r}.")
+    sentence_ids, groups = torch.unique(groups, return_inverse=True)  # renumber 0..S-1
+    n_sentences = len(sentence_ids)
+    g = torch.Generator().manual_seed(seed)
+    a, b = scores_a.double().clamp(1e-6, 1 - 1e-6), scores_b.double().clamp(1e-6, 1 - 1e-6)
+    y = labels.double()
+    out = {"auc": torch.empty(resamples, dtype=torch.float64),
+           "bce": torch.empty(resamples, dtype=torch.float64)}
+    for r in range(resamples):
+        drawn = torch.randint(n_sentences, (n_sentences,), generator=g)
+        copies = torch.bincount(drawn, minlength=n_sentences)[groups]  # (k,) per position
+        keep = torch.repeat_interleave(torch.arange(len(y)), copies)
+        ys = y[keep]
+        if ys.min() == ys.max():
+            raise ValueError("a resample held only one label; score more positions.")
+        out["auc"][r] = roc_auc(a[keep], ys) - roc_auc(b[keep], ys)
+        out["bce"][r] = (F.binary_cross_entropy(a[keep], ys)
+                         - F.binary_cross_entropy(b[keep], ys))
+    return out
 
 
 # --- Recipes: the equal-compute comparison of §6 -------------------------------------------------
@@ -774,8 +1054,11 @@ ENCODER_SIZES = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512, n_max=64, dro
 GENERATOR_SIZES = dict(d_model=64, n_heads=2, n_layers=2, d_ff=256, n_max=64, dropout=0.0)
 BATCH_SIZE = 32
 MLM_STEPS = 1500
-LEARNING_RATE = 1e-3
+LEARNING_RATE = 1e-3  # the peak of the schedule
+WARMUP_FRACTION = 0.1  # linear warm-up over the first 10 % of the steps
+DECAY = False  # then constant: at a few thousand steps, decaying to 0 costs the MLM run too much
 DISC_WEIGHT = 50.0  # ELECTRA's lambda
+SHARE_EMBEDDINGS = True  # ELECTRA's choice: the generator uses the discriminator's embeddings
 SEED = 0
 PROBE_POINTS = 5  # probes at 0, 1/4, 1/2, 3/4 and all of the training
 
@@ -802,8 +1085,63 @@ def _step_flops(kind: str, configs: dict, ids, am, n_masked: int) -> int:
     V = configs["encoder"].vocab_size
     if kind == "mlm":
         return 3 * forward_flops(configs["encoder"], b, n, n_masked, V)
-    return 3 * (forward_flops(configs["generator"], b, n, n_masked, V)
-                + forward_flops(configs["encoder"], b, n, b * n, 1))
+    d_e, d_g = configs["encoder"].d_model, configs["generator"].d_model
+    if SHARE_EMBEDDINGS:  # d_e -> d_g projection at every token; tied head d_g -> d_e -> V
+        generator = forward_flops(configs["generator"], b, n, 0, 0) + 2 * b * n * d_e * d_g \
+            + 2 * n_masked * (d_g * d_e + d_e * V)
+    else:
+        generator = forward_flops(configs["generator"], b, n, n_masked, V)
+    return 3 * (generator + forward_flops(configs["encoder"], b, n, b * n, 1))
+
+
+def warmup_then_decay(step: int, steps: int, warmup_steps: int, decay: bool = True) -> float:
+    """The learning-rate multiplier at ``step`` (0-based) of ``steps`` (Lesson 6, §6): linear
+    warm-up from 1/warmup_steps to 1 over the first ``warmup_steps`` steps, then linear decay
+    towards 0 at the last step, the schedule of BERT and ELECTRA; or, with ``decay=False``,
+    constant after the warm-up."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}.")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) \
+            or not 0 <= warmup_steps < steps:
+        raise ValueError(f"warmup_steps must be an int in [0, steps={steps}), got "
+                         f"{warmup_steps!r}.")
+    if not 0 <= step < steps:
+        raise ValueError(f"step must be in [0, {steps}), got {step!r}.")
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    return (steps - step) / (steps - warmup_steps) if decay else 1.0
+
+
+def train_with_warmup(model: nn.Module, batches, loss_fn, steps: int, lr: float,
+                      warmup_steps: int, decay: bool = True, seed: int = 0,
+                      progress: bool = True, description: str | None = None) -> list[float]:
+    """AdamW with :func:`warmup_then_decay`; otherwise :func:`encoderlab.train.train`'s loop
+    (Lesson 6, §6): returns the loss of every step and leaves the model in eval mode."""
+    from .train import tqdm
+
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if not parameters:
+        raise ValueError("the model has no trainable parameters (none with requires_grad=True).")
+    warmup_then_decay(0, steps, warmup_steps)  # checks steps and warmup_steps
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: warmup_then_decay(min(step, steps - 1), steps, warmup_steps, decay))
+    history: list[float] = []
+    model.train()
+    bar = tqdm(range(steps), desc=description, disable=not progress, mininterval=0.5)
+    for _ in bar:
+        loss = loss_fn(model, next(batches))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        history.append(loss.item())
+        bar.set_postfix(loss=f"{history[-1]:.3f}", refresh=False)
+    bar.close()
+    model.eval()
+    return history
 
 
 def _setup():
@@ -848,6 +1186,13 @@ def rtd_steps_for_equal_compute(vocab, ids, am, configs, mlm_steps: int) -> int:
     return steps
 
 
+def untrained_encoder(vocab: data.CompactVocab) -> TinyLM:
+    """The untrained encoder both runs of Lesson 6, §6 start from: the step-0 model of
+    ``l6-mlm``, whose encoder stack the ELECTRA discriminator copies."""
+    torch.manual_seed(SEED)
+    return TinyLM(EncoderConfig(vocab_size=vocab.size, **ENCODER_SIZES), causal=False)
+
+
 def probe_accuracy(model: nn.Module, vocab: data.CompactVocab, task: ProbeTask,
                    _cache: dict = {}) -> float:  # noqa: B006 - the cache is meant to persist
     """Held-out accuracy of a linear probe on ``model``'s frozen, mean-pooled features for the
@@ -873,8 +1218,6 @@ def _run(kind: str, steps: int | None, progress: bool):
 
 
 def _run_single_thread(kind: str, steps: int | None, progress: bool):
-    from .train import train
-
     corpus, vocab, ids, am, configs, task = _setup()
     if steps is None:
         steps = MLM_STEPS if kind == "mlm" else \
@@ -886,7 +1229,7 @@ def _run_single_thread(kind: str, steps: int | None, progress: bool):
     else:
         encoder_first = TokenDiscriminator(configs["encoder"])
         torch.manual_seed(SEED + 1)
-        model = Electra(configs["generator"], configs["encoder"])
+        model = Electra(configs["generator"], configs["encoder"], SHARE_EMBEDDINGS)
         model.discriminator.load_state_dict(encoder_first.state_dict())
         probed = model.discriminator
     rng = torch.Generator().manual_seed(SEED + 2)
@@ -920,13 +1263,15 @@ def _run_single_thread(kind: str, steps: int | None, progress: bool):
 
     batches = data.shuffled_batches(ids, am, batch_size=BATCH_SIZE, seed=SEED)
     wall, cpu = time.perf_counter(), time.process_time()
-    history = train(model, batches, loss_fn, steps=steps, lr=LEARNING_RATE, seed=SEED,
-                    progress=progress, description=f"l6-{kind}")
+    history = train_with_warmup(model, batches, loss_fn, steps=steps, lr=LEARNING_RATE,
+                                warmup_steps=round(WARMUP_FRACTION * steps), decay=DECAY,
+                                seed=SEED,
+                                progress=progress, description=f"l6-{kind}")
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if steps in checkpoints:
         log["probe_steps"].append(steps)
         log["probe"].append(probe_accuracy(probed, vocab, task))
-    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    state = {f"model.{k}": v for k, v in _unique_state(model).items()}
     tensors = {
         **state,
         "loss": torch.tensor(history),
@@ -943,7 +1288,10 @@ def _run_single_thread(kind: str, steps: int | None, progress: bool):
         "steps": str(steps),
         "batch_size": str(BATCH_SIZE),
         "learning_rate": str(LEARNING_RATE),
+        "warmup_steps": str(round(WARMUP_FRACTION * steps)),
+        "decay": str(DECAY),
         "disc_weight": str(DISC_WEIGHT) if kind == "rtd" else "",
+        "share_embeddings": str(SHARE_EMBEDDINGS) if kind == "rtd" else "",
         "seed": str(SEED),
         "vocab_size": str(vocab.size),
         "encoder_config": repr(configs["encoder"]),
@@ -955,6 +1303,17 @@ def _run_single_thread(kind: str, steps: int | None, progress: bool):
         "probe_task": repr(task),
     }
     return tensors, metadata
+
+
+def _unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict with each tensor once: shared embeddings appear under several names in
+    ``state_dict()``, and the first name is kept (safetensors stores no aliases)."""
+    seen, state = set(), {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            state[name] = tensor
+    return state
 
 
 def train_mlm(steps: int | None = None, progress: bool = True):
@@ -983,12 +1342,21 @@ def load_recipe_model(name: str) -> tuple[nn.Module, dict[str, torch.Tensor], di
     if name == "l6-mlm":
         model = TinyLM(encoder, causal=False)
     else:
-        model = Electra(EncoderConfig(vocab_size=vocab_size, **GENERATOR_SIZES), encoder)
+        model = Electra(EncoderConfig(vocab_size=vocab_size, **GENERATOR_SIZES), encoder,
+                        share_embeddings=metadata.get("share_embeddings") == "True")
     state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
-    model.load_state_dict(state)
+    expected = set(_unique_state(model))  # every tensor once; aliases follow the shared module
+    if set(state) != expected:
+        raise ValueError(f"the artefact {name!r} does not match the model: missing "
+                         f"{sorted(expected - set(state))}, unexpected "
+                         f"{sorted(set(state) - expected)}. Retrain it with "
+                         f"`python -m encoderlab.train {name}`.")
+    model.load_state_dict(state, strict=False)
     model.eval()
     return model, tensors, metadata
 
 
-__all__ += ["probe_accuracy", "planned_flops", "rtd_steps_for_equal_compute", "train_mlm",
-            "train_rtd", "load_recipe_model"]
+__all__ += ["warmup_then_decay", "train_with_warmup", "probe_accuracy", "planned_flops",
+            "rtd_steps_for_equal_compute", "train_mlm", "train_rtd", "load_recipe_model",
+            "untrained_encoder", "cross_validated_correct", "mcnemar", "word_order_task",
+            "sentence_bootstrap"]

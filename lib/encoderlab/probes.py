@@ -25,6 +25,10 @@ __all__ = [
     "static_embedding",
     "cosine_similarity_matrix",
     "group_similarity",
+    "attention_between_words",
+    "attention_from_other_words",
+    "group_separation",
+    "sentence_vectors",
 ]
 
 
@@ -75,6 +79,20 @@ def word_positions(tokenizer, text: str, word: str, occurrence: int = 0) -> list
     return list(range(start, start + k))
 
 
+def _check_layer(model, layer) -> None:
+    """``layer`` must index one of the model's L + 1 hidden states (negative from the end), or
+    be None for all of them."""
+    n_states = model.config.n_layers + 1  # H^(0), ..., H^(L)
+    if layer is not None and (
+        isinstance(layer, bool) or not isinstance(layer, int) or not -n_states <= layer < n_states
+    ):
+        raise ValueError(
+            f"layer must be an int from {-n_states} to {n_states - 1}, or None for all: this "
+            f"model has {n_states} hidden states (0 = H^(0), the input; -1 = H^({n_states - 1}), "
+            f"the output), got {layer!r}."
+        )
+
+
 def token_vectors(
     tokenizer,
     model,
@@ -103,15 +121,7 @@ def token_vectors(
             f"texts must be a non-empty list of strings, got {texts!r}. "
             "Put a single sentence in a list: token_vectors(tok, model, [text], word)."
         )
-    n_states = model.config.n_layers + 1  # H^(0), ..., H^(L)
-    if layer is not None and (
-        isinstance(layer, bool) or not isinstance(layer, int) or not -n_states <= layer < n_states
-    ):
-        raise ValueError(
-            f"layer must be an int from {-n_states} to {n_states - 1}, or None for all: this "
-            f"model has {n_states} hidden states (0 = H^(0), the input; -1 = H^({n_states - 1}), "
-            f"the output), got {layer!r}."
-        )
+    _check_layer(model, layer)
     rows = []
     for text in texts:
         positions = word_positions(tokenizer, text, word, occurrence)
@@ -187,3 +197,177 @@ def group_similarity(similarity: torch.Tensor, groups: Sequence) -> dict[str, fl
     within = similarity[same & off_diagonal].double().mean().item()
     cross = similarity[~same].double().mean().item()
     return {"within": within, "cross": cross, "gap": within - cross}
+
+
+def _query_and_key_positions(tokenizer, text, query_word, key_words, caller):
+    """(query positions, key positions per word, the encoded text) for the two functions below,
+    after checking their arguments."""
+    if isinstance(key_words, str) or not isinstance(key_words, Sequence) or not key_words:
+        raise ValueError(
+            f"key_words must be a non-empty list of words, got {key_words!r}. For one word, "
+            f"pass a list: {caller}(tok, model, text, 'it', ['dog'])."
+        )
+    if query_word in key_words:
+        raise ValueError(
+            f"the query word {query_word!r} is also among the key words {list(key_words)}; "
+            "pass the words it might attend to, without the query itself."
+        )
+    query = word_positions(tokenizer, text, query_word)  # raises if absent
+    keys = [word_positions(tokenizer, text, word) for word in key_words]
+    return query, keys, tokenizer([text], return_tensors="pt")
+
+
+def _attention_of(model, enc) -> torch.Tensor:
+    """Every attention matrix of one encoded text: (L, h, n, n)."""
+    with torch.no_grad():
+        out = model(**enc, output_attentions=True)
+    return torch.stack(out.attentions)[:, 0]  # batch element 0
+
+
+def attention_between_words(
+    tokenizer,
+    model,
+    text: str,
+    query_word: str,
+    key_words: Sequence[str],
+) -> torch.Tensor:
+    """How much ``query_word`` attends to each of ``key_words``, in every head: (L, h, k).
+
+    (Lesson 3, §2: does a head send a pronoun's attention to its antecedent?) Entry
+    ``[l, j, m]`` is the weight that the query ``query_word`` puts on ``key_words[m]`` in
+    layer ``l + 1``, head ``j + 1``, for ``text`` run on its own. A word split into several
+    WordPieces counts as one: its query rows are averaged and its key columns summed, so the
+    entries for one query still add up to at most 1. Each word is its first occurrence; the
+    query word may not be one of the key words.
+    """
+    query, keys, enc = _query_and_key_positions(
+        tokenizer, text, query_word, key_words, "attention_between_words")
+    a = _attention_of(model, enc)  # (L, h, n, n)
+    rows = a[:, :, query].mean(dim=2)  # (L, h, n): the query word's row, pieces averaged
+    return torch.stack([rows[..., k].sum(dim=-1) for k in keys], dim=-1)  # (L, h, k)
+
+
+def group_separation(
+    similarity: torch.Tensor, groups: Sequence, ignore: torch.Tensor | None = None
+) -> dict[str, float]:
+    """How well a similarity matrix separates groups, on a scale that survives anisotropy.
+
+    (Lesson 1, §4.) ``groups[i]`` names the group of row (and column) i. The diagonal is always
+    left out; ``ignore`` is an optional boolean (m, m) matrix of further pairs to leave out
+    (True = ignore), for instance pairs whose word sits at the same position. Returns
+
+    - ``within``, ``cross``: the mean similarity of same-group and of different-group pairs;
+    - ``gap``: within - cross;
+    - ``scaled_gap``: (within - cross) / (1 - cross), the gap as a fraction of the room left
+      above the cross-group level. When every vector drifts towards one direction (the
+      anisotropy of contextual vectors, Ethayarajh 2019) all similarities rise and the raw gap
+      shrinks; the scaled gap does not move with that drift. 0 = no separation, 1 = every
+      same-group pair identical;
+    - ``nearest``: the number of rows whose most similar other row (among the pairs kept) is in
+      the same group, out of ``n`` rows that have a pair left.
+    """
+    if not isinstance(similarity, torch.Tensor) or similarity.dim() != 2 or (
+        similarity.shape[0] != similarity.shape[1]
+    ):
+        got = tuple(similarity.shape) if isinstance(similarity, torch.Tensor) else similarity
+        raise ValueError(f"similarity must be a square (m, m) tensor, got {got}.")
+    m = similarity.shape[0]
+    if len(groups) != m:
+        raise ValueError(f"groups must name one group per row: {m} rows, {len(groups)} names.")
+    keep = ~torch.eye(m, dtype=torch.bool)  # (m, m): the pairs that count
+    if ignore is not None:
+        if not isinstance(ignore, torch.Tensor) or ignore.dtype != torch.bool or (
+            ignore.shape != (m, m)
+        ):
+            is_tensor = isinstance(ignore, torch.Tensor)
+            got = (tuple(ignore.shape), ignore.dtype) if is_tensor else ignore
+            raise ValueError(
+                f"ignore must be a boolean ({m}, {m}) tensor, True for the pairs to leave out, "
+                f"got {got}. Build it with a comparison, e.g. positions[:, None] == positions."
+            )
+        keep &= ~ignore
+    names = {name: k for k, name in enumerate(dict.fromkeys(groups))}
+    label = torch.tensor([names[g] for g in groups])  # (m,)
+    same = label[:, None] == label[None, :]  # (m, m)
+    if not (same & keep).any() or not (~same & keep).any():
+        raise ValueError(
+            "group_separation needs at least one same-group pair and one different-group pair "
+            f"left after ignoring pairs; groups were {list(groups)}. Pass at least two groups, "
+            "one with two members, and ignore fewer pairs."
+        )
+    within = similarity[same & keep].double().mean().item()
+    cross = similarity[~same & keep].double().mean().item()
+    masked = similarity.double().masked_fill(~keep, float("-inf"))  # (m, m)
+    has_pair = keep.any(dim=1)  # (m,)
+    nearest = masked.argmax(dim=1)  # (m,): the most similar other row
+    agree = same[torch.arange(m), nearest] & has_pair
+    return {
+        "within": within,
+        "cross": cross,
+        "gap": within - cross,
+        "scaled_gap": (within - cross) / (1.0 - cross),
+        "nearest": int(agree.sum()),
+        "n": int(has_pair.sum()),
+    }
+
+
+def sentence_vectors(
+    tokenizer, model, texts: Sequence[str] | str, layer: int | None = -1
+) -> torch.Tensor:
+    """The mean of every token's vector in each text, from hidden state ``layer`` (Lesson 1, §4).
+
+    This is the sentence embedding that all-MiniLM-L6-v2 is trained to produce (mean pooling
+    over all tokens, [CLS] and [SEP] included) when ``layer`` is the last; at other depths it is
+    the same average taken earlier. It serves as a control: whatever separates these vectors
+    is a property of the whole sentence (its topic), not of one word. ``layer`` indexes the
+    L + 1 hidden states as in ``token_vectors`` (None = all). Returns (len(texts), d), or
+    (L + 1, len(texts), d) with ``layer=None``.
+    """
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, Sequence) or not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError(
+            f"texts must be a non-empty list of strings, got {texts!r}. "
+            "Put a single sentence in a list: sentence_vectors(tok, model, [text])."
+        )
+    _check_layer(model, layer)
+    rows = []
+    for text in texts:
+        enc = tokenizer([text], return_tensors="pt")
+        with torch.no_grad():
+            out = model(**enc)
+        h = torch.stack(out.hidden_states)[:, 0]  # (L + 1, n, d)
+        rows.append(h.mean(dim=1))  # (L + 1, d): the mean over all n tokens
+    vectors = torch.stack(rows, dim=1)  # (L + 1, len(texts), d)
+    return vectors if layer is None else vectors[layer]
+
+
+def attention_from_other_words(
+    tokenizer,
+    model,
+    text: str,
+    query_word: str,
+    key_words: Sequence[str],
+) -> torch.Tensor:
+    """The control for :func:`attention_between_words`: what the *other* rows send, (L, h, k).
+
+    (Lesson 3, §2: is a head's weight from "it" to a noun specific to "it", or does every token
+    of the sentence look at that noun?) Entry ``[l, j, m]`` is the weight on ``key_words[m]``
+    (its pieces summed) in layer ``l + 1``, head ``j + 1``, averaged over every query row that
+    is neither ``query_word`` nor one of ``key_words`` — so a noun's own row, which often looks
+    at itself, does not count. ``[CLS]``, ``[SEP]`` and punctuation rows are included. The same
+    argument checks as :func:`attention_between_words`.
+    """
+    query, keys, enc = _query_and_key_positions(
+        tokenizer, text, query_word, key_words, "attention_from_other_words")
+    n = enc["input_ids"].shape[1]
+    excluded = set(query).union(*keys)
+    others = [r for r in range(n) if r not in excluded]
+    if not others:
+        raise ValueError(
+            f"{text!r} has no token besides {query_word!r} and {list(key_words)}; the control "
+            "needs at least one other row."
+        )
+    a = _attention_of(model, enc)  # (L, h, n, n)
+    rows = a[:, :, others].mean(dim=2)  # (L, h, n): the mean row of the other tokens
+    return torch.stack([rows[..., k].sum(dim=-1) for k in keys], dim=-1)  # (L, h, k)

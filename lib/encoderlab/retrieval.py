@@ -42,6 +42,13 @@ __all__ = [
     "search",
     "recall_at_k",
     "mean_reciprocal_rank",
+    "pair_ranks",
+    "first_right_ranks",
+    "alignment",
+    "uniformity",
+    "attention_share",
+    "rank_sign_test",
+    "compact_pooled_embeddings",
     "mean_pairwise_cosine",
     "word_tokens",
     "tfidf_vectors",
@@ -85,23 +92,16 @@ def topic_documents(max_words: int = 60) -> Documents:
     (Lesson 8, §3.) Sentences are taken whole until the document has ``max_words`` words or
     more; code, grammar rules and tables are left out (as in :mod:`encoderlab.data`). Topics
     without a prose sentence, and topics whose text repeats an earlier topic's (``else`` is the
-    text of ``if``), are skipped. The text depends on the Python version: the fingerprint says
-    which one you have.
+    text of ``if``), are skipped. The text is CPython 3.11's, read from the frozen file
+    ``corpora/topic-documents.json.gz`` (each topic's prose sentences), so it is the same on
+    every Python version; the fingerprint says which text you have.
     """
-    from pydoc_data.topics import topics
-
-    from .data import _SENTENCE_END, _prose_paragraphs
+    from .data import read_frozen
 
     if isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 5:
         raise ValueError(f"max_words must be an int >= 5, got {max_words!r}.")
     names, texts = [], []
-    for name in sorted(topics):
-        sentences = [
-            s.strip()
-            for paragraph in _prose_paragraphs(topics[name])
-            for s in _SENTENCE_END.split(paragraph)
-            if _is_prose(s.strip())
-        ]
+    for name, sentences in read_frozen("topic-documents").items():
         taken: list[str] = []
         for sentence in sentences:
             if sum(len(s.split()) for s in taken) >= max_words:
@@ -352,6 +352,99 @@ def mean_reciprocal_rank(ranked, answers) -> float:
     return total / len(answers)
 
 
+def pair_ranks(a_vecs: torch.Tensor, b_vecs: torch.Tensor) -> torch.Tensor:
+    """(N,) long: the rank of b_i among all rows of ``b_vecs`` for the query a_i (Lesson 8, §3).
+
+    For a paired task, where row i of ``a_vecs`` belongs with row i of ``b_vecs`` and every
+    other row is a wrong answer: 1 means the partner scores highest. A wrong row that ties with
+    the partner counts as above it, so a model whose vectors are all equal gets rank N, not 1.
+    ``(ranks == 1).mean()`` is recall@1, ``(1 / ranks).mean()`` the mean reciprocal rank.
+    """
+    scores = cosine_scores(a_vecs, b_vecs)  # (N, N)
+    if scores.shape[0] != scores.shape[1]:
+        raise ValueError(f"a_vecs and b_vecs must have one row per pair, the same number of rows; "
+                         f"got {scores.shape[0]} and {scores.shape[1]}.")
+    partner = scores.diagonal().unsqueeze(1)  # (N, 1)
+    above = (scores >= partner).sum(dim=1) - 1  # wrong rows at or above the partner, (N,)
+    return above + 1
+
+
+def first_right_ranks(ranked, answers) -> torch.Tensor:
+    """(n_q,) long: the rank of each query's first right document (Lesson 8, §3).
+
+    ``ranked`` is (n_q, r), document indices best first (``search(...)[1]``), ``answers[i]``
+    the set of query i's right documents. 1 = a right document came first; a query with no
+    right document among its r ranked ones gets r + 1. ``(ranks <= k).mean()`` is recall@k,
+    and :func:`rank_sign_test` compares two methods query by query.
+    """
+    ranked = _check_ranked(ranked, answers)
+    out = []
+    for row, a in zip(ranked.tolist(), answers):
+        out.append(next((r for r, i in enumerate(row, start=1) if i in a), len(row) + 1))
+    return torch.tensor(out, dtype=torch.long)
+
+
+def rank_sign_test(ranks_a, ranks_b, k: int | None = None) -> dict:
+    """Which of two methods ranks the right answer higher, pair by pair (Lesson 8, §3).
+
+    ``ranks_a`` and ``ranks_b`` are (N,) ranks of the same N queries' right answers (from
+    :func:`pair_ranks` or :func:`first_right_ranks`). Ties say nothing; of the other queries,
+    ``a_better`` have a lower (better) rank under a and ``b_better`` under b. With ``k``, only
+    hits count: a query goes to a if a ranks a right answer within the first k and b does not
+    (the paired comparison behind recall@k). ``p_value`` is the exact two-sided sign test: the
+    probability of a split at least this uneven if each query were a fair coin.
+    """
+    a, b = torch.as_tensor(ranks_a), torch.as_tensor(ranks_b)
+    if a.shape != b.shape or a.dim() != 1 or a.numel() == 0:
+        raise ValueError(f"ranks_a and ranks_b must be 1-d tensors of the same length (one rank "
+                         f"per query); got shapes {tuple(a.shape)} and {tuple(b.shape)}.")
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be None (compare ranks) or an int >= 1 (compare hits "
+                             f"within k), got {k!r}.")
+        a, b = (a > k).long(), (b > k).long()  # 0 = a hit within k, 1 = a miss
+    a_better, b_better = int((a < b).sum()), int((b < a).sum())
+    n, k = a_better + b_better, min(a_better, b_better)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n  # P(a split at least this uneven)
+    return {"a_better": a_better, "b_better": b_better, "p_value": min(1.0, 2 * tail)}
+
+
+def compact_pooled_embeddings(model, vocab, texts, how=("cls", "mean", "max"),
+                              max_length: int = 64, batch_size: int = 64,
+                              normalize: bool = True):
+    """Pooled sentence vectors from a small encoder with a compact vocabulary (Lesson 8, §3).
+
+    ``model`` is one of the course's own encoders, with ``model.encode(input_ids,
+    attention_mask)`` (the MLM encoder ``l6-mlm`` of Lesson 6, or an untrained twin), and
+    ``vocab`` its :class:`encoderlab.data.CompactVocab`. Texts are cut at ``max_length`` tokens
+    (the model's ``n_max``). Returns one pooling's (len(texts), d) vectors, or a dict of them
+    when ``how`` is a tuple.
+    """
+    names = (how,) if isinstance(how, str) else tuple(how)
+    bad = [h for h in names if h not in POOLINGS]
+    if bad or not names:
+        raise ValueError(f"how must be one of {POOLINGS} or a tuple of them, got {how!r}.")
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
+        raise ValueError("texts must be a non-empty list of strings; for one, pass [text].")
+    n_max = model.config.n_max
+    if isinstance(max_length, bool) or not isinstance(max_length, int) \
+            or not 3 <= max_length <= n_max:
+        raise ValueError(f"max_length must be an int from 3 to the model's n_max = {n_max}, "
+                         f"got {max_length!r}.")
+    pooled: dict[str, list[torch.Tensor]] = {h: [] for h in names}
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            ids, mask = vocab.encode(list(texts[start:start + batch_size]), max_length)  # (b, n)
+            hidden = model.encode(ids, mask).last_hidden_state  # (b, n, d)
+            for h in names:
+                pooled[h].append(pool(hidden, mask, how=h))  # (b, d)
+    out = {}
+    for h, parts in pooled.items():
+        vectors = torch.cat(parts)  # (len(texts), d)
+        out[h] = F.normalize(vectors, dim=-1) if normalize else vectors
+    return out[how] if isinstance(how, str) else out
+
+
 # --- A lexical baseline: TF-IDF (Lesson 8, §3) ------------------------------------------------
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -411,6 +504,37 @@ def in_batch_negatives_loss(a: torch.Tensor, b: torch.Tensor, scale: float = 20.
     return F.cross_entropy(logits, labels)
 
 
+def alignment(a: torch.Tensor, b: torch.Tensor) -> float:
+    """E ||e(a_i) - e(b_i)||^2 over related pairs of unit vectors (Lesson 8, §5).
+
+    Wang & Isola (2020), "Understanding Contrastive Representation Learning through Alignment
+    and Uniformity", §4.1 (with alpha = 2): how close partners sit. 0 = every partner on top of
+    its row; lower is better. ``a`` and ``b`` are (N, d), row i of a with row i of b; the rows
+    are normalised first.
+    """
+    if a.dim() != 2 or a.shape != b.shape:
+        raise ValueError(f"a and b must be (N, d) with the same shape, got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}: row i of a pairs with row i of b.")
+    a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
+    return float((a - b).pow(2).sum(dim=-1).mean())
+
+
+def uniformity(x: torch.Tensor, t: float = 2.0) -> float:
+    """log E exp(-t ||e(x_i) - e(x_j)||^2) over all pairs i != j (Lesson 8, §5).
+
+    Wang & Isola (2020), §4.1 (with t = 2): how evenly unit vectors cover the sphere. Vectors
+    that all point one way give 0 (the largest value); spread ones give a negative number, and
+    lower is better. ``x`` is (m, d) with m >= 2; the rows are normalised first.
+    """
+    if x.dim() != 2 or x.shape[0] < 2:
+        raise ValueError(f"x must be (m, d) with at least two rows, got {tuple(x.shape)}.")
+    x = F.normalize(x, dim=-1)
+    m = x.shape[0]
+    sq = (2 - 2 * x @ x.T).clamp(min=0)  # (m, m): squared distances of unit vectors
+    off = ~torch.eye(m, dtype=torch.bool)
+    return float(torch.logsumexp(-t * sq[off], dim=0) - math.log(m * (m - 1)))
+
+
 # --- The joint pass of a cross-encoder (Lesson 8, §4) -----------------------------------------
 
 
@@ -447,13 +571,38 @@ def cross_segment_attention(attentions, token_type_ids, attention_mask=None,
     return torch.stack(shares)  # (L,)
 
 
+def attention_share(attentions, query_rows, keys) -> torch.Tensor:
+    """(L,): per layer, the share of the ``query_rows``' attention that lands on ``keys``.
+
+    (Lesson 8, §4.) ``attentions`` are the L tensors (b, h, n, n) of one pass; ``query_rows``
+    and ``keys`` are boolean (b, n): which positions' attention to average (over heads, those
+    positions and the batch), and which keys to count, e.g. the query segment's tokens and the
+    ``[CLS]`` position.
+    """
+    query_rows, keys = torch.as_tensor(query_rows), torch.as_tensor(keys)
+    if query_rows.dtype != torch.bool or keys.dtype != torch.bool \
+            or query_rows.shape != keys.shape or query_rows.dim() != 2:
+        raise ValueError(f"query_rows and keys must be boolean (b, n) of the same shape, got "
+                         f"{query_rows.dtype} {tuple(query_rows.shape)} and {keys.dtype} "
+                         f"{tuple(keys.shape)}.")
+    cols = keys.to(torch.float32)  # (b, n)
+    shares = []
+    for weights in attentions:  # (b, h, n, n)
+        if weights.shape[-1] != keys.shape[1]:
+            raise ValueError(f"attention maps of size {weights.shape[-1]} do not match masks of "
+                             f"length {keys.shape[1]}.")
+        on_keys = (weights.float() * cols[:, None, None, :]).sum(-1).mean(1)  # (b, n)
+        shares.append(on_keys[query_rows].mean())
+    return torch.stack(shares)  # (L,)
+
+
 # --- The tiny contrastive run (Lesson 8, §5) --------------------------------------------------
 # Training pairs come from the docstrings of encoderlab.data.DOC_MODULES, never from the
 # language reference's topics (the documents searched) or from QUERIES: a docstring's first
 # sentence (its summary) is paired with the sentences that follow it.
 
-__all__ += ["docstring_pairs", "ContrastiveData", "contrastive_data", "contrastive_run",
-            "load_contrastive_block", "RECIPES"]
+__all__ += ["docstring_pairs", "split_pairs", "ContrastiveData", "contrastive_data",
+            "contrastive_run", "load_contrastive_block", "RECIPES"]
 
 CONTRASTIVE = {  # the settings of the committed run, l8-contrastive
     "steps": 150,
@@ -472,14 +621,14 @@ def docstring_pairs(max_words: int = 30) -> list[tuple[str, str]]:
 
     (Lesson 8, §5.) Docstrings with fewer than two prose sentences are skipped, and a summary
     that repeats an earlier one is kept once. Nothing comes from the documents or queries that
-    Lesson 8 searches with.
+    Lesson 8 searches with. The docstrings are CPython 3.11's, read from the frozen file
+    ``corpora/docstring-pairs.json.gz`` (each docstring's prose sentences of 4 words or more),
+    the same on every Python version.
     """
-    from .data import _SENTENCE_END, DOC_MODULES, _prose_paragraphs, module_docstrings
+    from .data import read_frozen
 
     pairs, seen = [], set()
-    for doc in module_docstrings(DOC_MODULES):
-        sentences = [s.strip() for p in _prose_paragraphs(doc) for s in _SENTENCE_END.split(p)]
-        sentences = [s for s in sentences if len(s.split()) >= 4 and s[-1] in ".!?"]
+    for sentences in read_frozen("docstring-pairs")["docstrings"]:
         if len(sentences) < 2 or sentences[0] in seen:
             continue
         rest: list[str] = []
@@ -513,13 +662,31 @@ def _padded(states: CachedStates) -> tuple[torch.Tensor, torch.Tensor]:
     return hidden[inverse], mask[inverse]
 
 
+def split_pairs(pairs=None, held_out_every: int = 10):
+    """(training pairs, held-out pairs) of ``pairs`` (default :func:`docstring_pairs`).
+
+    (Lesson 8, §5.) Every ``held_out_every``-th pair is held out, unless it shares an 8-word
+    span with a training pair (then it is dropped), so a held-out pair is never a near-copy of
+    one the model was trained on. The lesson and the ``l8-contrastive`` run split the same way.
+    """
+    from .data import without_shared_spans
+
+    if isinstance(held_out_every, bool) or not isinstance(held_out_every, int) \
+            or held_out_every < 2:
+        raise ValueError(f"held_out_every must be an int >= 2, got {held_out_every!r}.")
+    pairs = docstring_pairs() if pairs is None else list(pairs)
+    train = [p for i, p in enumerate(pairs) if i % held_out_every != held_out_every - 1]
+    held = [p for i, p in enumerate(pairs) if i % held_out_every == held_out_every - 1]
+    held = without_shared_spans(held, train)  # no held-out pair shares 8 words with training
+    return train, held
+
+
 def contrastive_data(tokenizer, model, pairs=None, held_out_every: int = 10,
                      max_length: int = 64) -> ContrastiveData:
     """Split ``pairs`` (default :func:`docstring_pairs`) by position, every ``held_out_every``-th
-    held out, and cache the training pairs' inputs of the last block (frozen layers run once)."""
-    pairs = docstring_pairs() if pairs is None else pairs
-    train = [p for i, p in enumerate(pairs) if i % held_out_every != held_out_every - 1]
-    held = [p for i, p in enumerate(pairs) if i % held_out_every == held_out_every - 1]
+    held out unless it shares an 8-word span with a training pair (then it is dropped), and cache
+    the training pairs' inputs of the last block (frozen layers run once)."""
+    train, held = split_pairs(pairs, held_out_every)
     a = _padded(cache_states(tokenizer, model, [x for x, _ in train], -2, 32, max_length))
     b = _padded(cache_states(tokenizer, model, [y for _, y in train], -2, 32, max_length))
     return ContrastiveData(a[0], a[1], b[0], b[1], held, len(train))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Seq2SeqBatch", "ReversalTask", "exact_match"]
+__all__ = ["Seq2SeqBatch", "ReversalTask", "exact_match", "sources_of"]
 
 PAD, BOS, EOS = 0, 1, 2
 N_SPECIALS = 3
@@ -75,16 +75,67 @@ class ReversalTask:
         src_mask = (torch.arange(n)[None, :] < lengths[:, None]).long()  # (b, n)
         return Seq2SeqBatch(src_ids, src_mask, tgt_in, tgt_out, lengths)
 
-    def sample(self, batch_size: int, generator: torch.Generator) -> Seq2SeqBatch:
-        """A batch of random sources of random lengths, drawn from ``generator``."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-        lengths = torch.randint(self.min_len, self.max_len + 1, (batch_size,), generator=generator)
-        sources = [
+    def _draw_sources(self, k: int, generator: torch.Generator) -> list[torch.Tensor]:
+        """k random unpadded sources: k lengths first, then each string's symbols."""
+        lengths = torch.randint(self.min_len, self.max_len + 1, (k,), generator=generator)
+        return [
             torch.randint(N_SPECIALS, self.vocab_size, (int(m),), generator=generator)
             for m in lengths
         ]
-        return self.make_batch(sources)
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Seq2SeqBatch:
+        """A batch of random sources of random lengths, drawn from ``generator``."""
+        _check_positive(batch_size, "batch_size")
+        return self.make_batch(self._draw_sources(batch_size, generator))
+
+    def training_strings(self, batch_size: int, steps: int, seed: int = 0) -> set[tuple[int, ...]]:
+        """Every source in the first ``steps`` batches of ``batches(batch_size, seed)``.
+
+        (Lesson 10, §4.) Replays the training stream without training, so that a test set can
+        leave out every string the model was trained on. Sources are tuples of ids, unpadded.
+        """
+        _check_positive(batch_size, "batch_size")
+        _check_positive(steps, "steps")
+        seen: set[tuple[int, ...]] = set()
+        stream = self.batches(batch_size, seed=seed)
+        for _ in range(steps):
+            seen.update(sources_of(next(stream)))
+        return seen
+
+    def n_strings(self) -> int:
+        """How many different sources the task can draw: the sum of n_symbols**m over lengths m."""
+        return sum(self.n_symbols**m for m in range(self.min_len, self.max_len + 1))
+
+    def sample_excluding(
+        self, n: int, generator: torch.Generator, exclude: set[tuple[int, ...]]
+    ) -> Seq2SeqBatch:
+        """A batch of ``n`` different sources, none of them in ``exclude`` (Lesson 10, §4).
+
+        Draws sources as :meth:`sample` does and keeps a source only if it is new: not in
+        ``exclude`` (for instance :meth:`training_strings`) and not already kept. Lengths the
+        excluded set covers densely therefore become rare in the result.
+        """
+        _check_positive(n, "n")
+        excluded = sum(
+            1 for s in exclude
+            if self.min_len <= len(s) <= self.max_len
+            and all(N_SPECIALS <= t < self.vocab_size for t in s)
+        )
+        available = self.n_strings() - excluded
+        if available < n:
+            raise ValueError(
+                f"sample_excluding needs {n} new strings, but the task has only {available} "
+                f"outside the {excluded} excluded ones; ask for fewer or widen the task."
+            )
+        kept: list[torch.Tensor] = []
+        taken = set(exclude)
+        while len(kept) < n:
+            for s in self._draw_sources(n, generator):
+                key = tuple(s.tolist())
+                if key not in taken and len(kept) < n:
+                    taken.add(key)
+                    kept.append(s)
+        return self.make_batch(kept)
 
     def batches(self, batch_size: int, seed: int = 0) -> Iterator[Seq2SeqBatch]:
         """An endless, seeded stream of batches (for :func:`encoderlab.train.train`)."""
@@ -95,6 +146,16 @@ class ReversalTask:
     def __repr__(self) -> str:
         return (f"ReversalTask(n_symbols={self.n_symbols}, lengths {self.min_len}-{self.max_len}, "
                 f"vocab_size={self.vocab_size})")
+
+
+def _check_positive(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}.")
+
+
+def sources_of(batch: Seq2SeqBatch) -> list[tuple[int, ...]]:
+    """The unpadded sources of a batch, as tuples of ids (Lesson 10, §4)."""
+    return [tuple(row[:m]) for row, m in zip(batch.src_ids.tolist(), batch.lengths.tolist())]
 
 
 def exact_match(generated: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ accumulated so far was measured against the old max; multiplying it by
 ``exp(m_old - m_new)`` re-measures it against the new one. After the last key
 tile, ``acc / l`` is exactly softmax(s) V. The full (n_q, n_kv) score matrix is
 never built, and a tile that the mask rules out entirely is never visited.
-(The code writes 2^x where this paragraph writes e^x, as FlashAttention does;
+(The code writes 2^x where this paragraph writes e^x, as FlashAttention-2's CUDA code does;
 the comment on ``scale`` in :func:`tiled_attention` says why.)
 
 Each tile is in one of three states (see :func:`classify_tiles`):
