@@ -1115,33 +1115,15 @@ def warmup_then_decay(step: int, steps: int, warmup_steps: int, decay: bool = Tr
 def train_with_warmup(model: nn.Module, batches, loss_fn, steps: int, lr: float,
                       warmup_steps: int, decay: bool = True, seed: int = 0,
                       progress: bool = True, description: str | None = None) -> list[float]:
-    """AdamW with :func:`warmup_then_decay`; otherwise :func:`encoderlab.train.train`'s loop
-    (Lesson 6, §6): returns the loss of every step and leaves the model in eval mode."""
-    from .train import tqdm
+    """:func:`encoderlab.train.train` with :func:`warmup_then_decay` as its learning-rate
+    schedule (Lesson 6, §6): returns the loss of every step and leaves the model in eval mode."""
+    from .train import train
 
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    if not parameters:
-        raise ValueError("the model has no trainable parameters (none with requires_grad=True).")
     warmup_then_decay(0, steps, warmup_steps)  # checks steps and warmup_steps
-    torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: warmup_then_decay(min(step, steps - 1), steps, warmup_steps, decay))
-    history: list[float] = []
-    model.train()
-    bar = tqdm(range(steps), desc=description, disable=not progress, mininterval=0.5)
-    for _ in bar:
-        loss = loss_fn(model, next(batches))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        history.append(loss.item())
-        bar.set_postfix(loss=f"{history[-1]:.3f}", refresh=False)
-    bar.close()
-    model.eval()
-    return history
+    return train(model, batches, loss_fn, steps=steps, lr=lr, seed=seed, progress=progress,
+                 description=description,
+                 schedule=lambda step: warmup_then_decay(min(step, steps - 1), steps,
+                                                         warmup_steps, decay))
 
 
 def _setup():

@@ -171,13 +171,9 @@ def cosine_similarity_matrix(x: torch.Tensor, y: torch.Tensor | None = None) -> 
     return x_unit @ y_unit.T  # (m, k)
 
 
-def group_similarity(similarity: torch.Tensor, groups: Sequence) -> dict[str, float]:
-    """Mean similarity within groups and across groups of a square matrix (Lesson 1, §4).
-
-    ``groups[i]`` names the group of row (and column) i, e.g. the sense of "bank" in sentence i.
-    The diagonal (every vector with itself) is left out of "within". Returns
-    ``{"within": ..., "cross": ..., "gap": within - cross}``.
-    """
+def _check_groups(similarity, groups) -> int:
+    """m, after checking that ``similarity`` is a square (m, m) tensor and ``groups`` names m
+    groups."""
     if not isinstance(similarity, torch.Tensor) or similarity.dim() != 2 or (
         similarity.shape[0] != similarity.shape[1]
     ):
@@ -186,6 +182,17 @@ def group_similarity(similarity: torch.Tensor, groups: Sequence) -> dict[str, fl
     m = similarity.shape[0]
     if len(groups) != m:
         raise ValueError(f"groups must name one group per row: {m} rows, {len(groups)} names.")
+    return m
+
+
+def group_similarity(similarity: torch.Tensor, groups: Sequence) -> dict[str, float]:
+    """Mean similarity within groups and across groups of a square matrix (Lesson 1, §4).
+
+    ``groups[i]`` names the group of row (and column) i, e.g. the sense of "bank" in sentence i.
+    The diagonal (every vector with itself) is left out of "within". Returns
+    ``{"within": ..., "cross": ..., "gap": within - cross}``.
+    """
+    m = _check_groups(similarity, groups)
     names = {name: k for k, name in enumerate(dict.fromkeys(groups))}
     if len(names) < 2:
         raise ValueError(f"group_similarity needs at least two groups, got only {list(names)}.")
@@ -266,14 +273,7 @@ def group_separation(
     - ``nearest``: the number of rows whose most similar other row (among the pairs kept) is in
       the same group, out of ``n`` rows that have a pair left.
     """
-    if not isinstance(similarity, torch.Tensor) or similarity.dim() != 2 or (
-        similarity.shape[0] != similarity.shape[1]
-    ):
-        got = tuple(similarity.shape) if isinstance(similarity, torch.Tensor) else similarity
-        raise ValueError(f"similarity must be a square (m, m) tensor, got {got}.")
-    m = similarity.shape[0]
-    if len(groups) != m:
-        raise ValueError(f"groups must name one group per row: {m} rows, {len(groups)} names.")
+    m = _check_groups(similarity, groups)
     keep = ~torch.eye(m, dtype=torch.bool)  # (m, m): the pairs that count
     if ignore is not None:
         if not isinstance(ignore, torch.Tensor) or ignore.dtype != torch.bool or (

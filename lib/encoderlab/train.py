@@ -38,6 +38,7 @@ def train(
     seed: int = 0,
     progress: bool = True,
     description: str | None = None,
+    schedule: Callable[[int], float] | None = None,
 ) -> list[float]:
     """Train ``model`` for ``steps`` AdamW steps; return the loss of every step (Lesson 3, §3).
 
@@ -46,6 +47,9 @@ def train(
     yourself, with ``torch.manual_seed`` before building it. With the same
     seeds, the same model and the same batches, two runs give the same history
     on the same machine. The model is left in eval mode.
+
+    ``schedule(step)``, if given, multiplies ``lr`` at each step (Lesson 6's warm-up); without
+    it the learning rate is constant.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}.")
@@ -60,6 +64,7 @@ def train(
 
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
+    scheduler = None if schedule is None else torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     history: list[float] = []
     model.train()
     bar = tqdm(
@@ -79,6 +84,8 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         history.append(loss.item())
         bar.set_postfix(loss=f"{history[-1]:.3f}", refresh=False)
     bar.close()
