@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import re
 import string
 import time
@@ -39,6 +38,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .heads import pool
+from .stats import sign_test
 
 __all__ = [
     "freeze",
@@ -298,9 +298,7 @@ def paired_sign_test(correct_a, correct_b) -> dict:
             "Compare predictions with labels first: predicted == gold."
         )
     a_only, b_only = int((a & ~b).sum()), int((b & ~a).sum())
-    n, k = a_only + b_only, min(a_only, b_only)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n  # P(split at least this uneven)
-    return {"a_only": a_only, "b_only": b_only, "p_value": min(1.0, 2 * tail)}
+    return {"a_only": a_only, "b_only": b_only, "p_value": sign_test(a_only, b_only)}
 
 
 def confusion_matrix(predicted, gold, n_classes: int) -> torch.Tensor:

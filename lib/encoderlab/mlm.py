@@ -37,6 +37,7 @@ from .data import CompactVocab, Corpus, python_docs_corpus, shuffled_batches
 from .encoder import EncoderConfig
 from .heads import TinyLM
 from .objectives import IGNORE_INDEX, mlm_corrupt, mlm_loss, next_token_loss
+from .stats import sign_test  # re-exported: mlm.sign_test
 from .train import load_artefact, train
 
 __all__ = [
@@ -726,23 +727,6 @@ def paired_difference_interval(a: torch.Tensor, b: torch.Tensor, resamples: int 
     low = means[int((1 - level) / 2 * (resamples - 1))].item()
     high = means[int((1 + level) / 2 * (resamples - 1))].item()
     return low, high
-
-
-def sign_test(only_a: int, only_b: int) -> float:
-    """The exact two-sided sign test on the items where two models disagree (§5).
-
-    Under "neither model is better", each of the ``only_a + only_b`` disagreements goes either
-    way with probability 1/2; the p-value is twice the binomial tail of the smaller count
-    (at most 1).
-    """
-    for count in (only_a, only_b):
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"counts must be ints >= 0, got {only_a!r} and {only_b!r}.")
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
-    return min(1.0, 2 * tail)
 
 
 # --- How many positions carry a loss ------------------------------------------------------------

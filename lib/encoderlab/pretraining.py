@@ -38,6 +38,7 @@ from .encoder import EncoderConfig, EncoderModel, EncoderOutput
 from .heads import TinyLM, pool
 from .mlm import masked_positions_loss
 from .objectives import IGNORE_INDEX, mlm_corrupt
+from .stats import sign_test
 
 __all__ = [
     "SentencePair",
@@ -981,11 +982,7 @@ def mcnemar(correct_a: torch.Tensor, correct_b: torch.Tensor) -> tuple[int, int,
                          "got each example right, on the same examples in the same order.")
     a, b = correct_a.bool(), correct_b.bool()
     a_only, b_only = int((a & ~b).sum()), int((~a & b).sum())
-    n, k = a_only + b_only, min(a_only, b_only)
-    if n == 0:
-        return a_only, b_only, 1.0
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n  # P(X <= k), X ~ Bin(n, 1/2)
-    return a_only, b_only, min(1.0, 2 * tail)
+    return a_only, b_only, sign_test(a_only, b_only)
 
 
 def word_order_task(sentences: Sequence[str], seed: int = 0) -> tuple[list[str], torch.Tensor]:

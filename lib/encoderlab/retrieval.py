@@ -27,6 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from .heads import POOLINGS, pool
+from .stats import sign_test
 
 __all__ = [
     "Documents",
@@ -404,9 +405,7 @@ def rank_sign_test(ranks_a, ranks_b, k: int | None = None) -> dict:
                              f"within k), got {k!r}.")
         a, b = (a > k).long(), (b > k).long()  # 0 = a hit within k, 1 = a miss
     a_better, b_better = int((a < b).sum()), int((b < a).sum())
-    n, k = a_better + b_better, min(a_better, b_better)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n  # P(a split at least this uneven)
-    return {"a_better": a_better, "b_better": b_better, "p_value": min(1.0, 2 * tail)}
+    return {"a_better": a_better, "b_better": b_better, "p_value": sign_test(a_better, b_better)}
 
 
 def compact_pooled_embeddings(model, vocab, texts, how=("cls", "mean", "max"),
