@@ -60,10 +60,10 @@ test: lint book
 NB ?= lessons/*.ipynb
 WAIT ?= 300
 notebooks: $(STAMP)
-	$(BIN)/python -m encoderlab.execute --wait $(WAIT) $(NB)
+	$(BIN)/python -m encoderlab execute --wait $(WAIT) $(NB)
 
 student: $(STAMP)
-	$(BIN)/python -m encoderlab.student
+	$(BIN)/python -m encoderlab student
 
 clean:
 	rm -rf _build node_modules

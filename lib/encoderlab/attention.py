@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .masks import check_mask
+from encoderlab.masks import check_mask
 
 __all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "offset_attention_mass"]
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import masks
-from .attention import KVCache, MultiHeadAttention
-from .encoder import EncoderConfig, EncoderModel
+from encoderlab import masks
+from encoderlab.attention import KVCache, MultiHeadAttention
+from encoderlab.encoder import EncoderConfig, EncoderModel
 
 __all__ = [
     "EncoderDecoderConfig",

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import masks
-from .attention import MultiHeadAttention
-from .embeddings import Embeddings
+from encoderlab import masks
+from encoderlab.attention import MultiHeadAttention
+from encoderlab.embeddings import Embeddings
 
 __all__ = ["EncoderConfig", "EncoderBlock", "EncoderModel", "EncoderOutput", "count_parameters"]
 

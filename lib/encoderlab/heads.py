@@ -13,8 +13,8 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from . import masks
-from .encoder import EncoderConfig, EncoderModel, EncoderOutput
+from encoderlab import masks
+from encoderlab.encoder import EncoderConfig, EncoderModel, EncoderOutput
 
 __all__ = ["LanguageModelHead", "TinyLM"]
 

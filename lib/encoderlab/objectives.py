@@ -154,7 +154,7 @@ def objective_view(
     ``mask`` replaces the default visibility, e.g. ``masks.bidirectional(n)`` with
     ``"next-token"`` to see the leak that Lesson 3, §3 trains on (:meth:`ObjectiveView.leaks`).
     """
-    from . import masks  # here, not at the top: this block is appended to the module
+    from encoderlab import masks  # here, not at the top: this block is appended to the module
 
     ids = torch.as_tensor(input_ids)
     if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:

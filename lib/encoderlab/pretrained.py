@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .encoder import EncoderConfig, EncoderModel
+from encoderlab.encoder import EncoderConfig, EncoderModel
 
 __all__ = [
     "MINILM_SHA256",
@@ -242,7 +242,7 @@ def load_minilm(path: str | os.PathLike | None = None, check_hash: bool = True):
     """
     from safetensors.torch import load_file
 
-    from .tokenizer import WordPieceTokenizer
+    from encoderlab.tokenizer import WordPieceTokenizer
 
     folder = find_weights(path)
     weights = folder / WEIGHTS_FILE
@@ -288,8 +288,8 @@ def sentence_embeddings(
     """
     from torch.nn import functional as F
 
-    from .heads import pool
-    from .train import tqdm
+    from encoderlab.course.train import tqdm
+    from encoderlab.heads import pool
 
     if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
         raise ValueError(

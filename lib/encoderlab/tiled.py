@@ -33,7 +33,7 @@ the counted tiles are exactly the computed ones.
 
 Where the GPU kernel plugs in
 -----------------------------
-:mod:`encoderlab.tiled_triton` holds the same loop as a Triton kernel: one GPU
+:mod:`encoderlab.kernels.tiled_triton` holds the same loop as a Triton kernel: one GPU
 program per (batch·head, query tile), the key loop inside the kernel, and the
 same ``classify_tiles`` plan telling each program which key tiles to visit.
 :func:`gpu_attention` is the way in: it checks for CUDA and Triton
@@ -48,8 +48,8 @@ import math
 
 import torch
 
-from .attention import _check_qkv
-from .masks import check_mask, to_additive
+from encoderlab.attention import _check_qkv
+from encoderlab.masks import check_mask, to_additive
 
 __all__ = [
     "SKIP",
@@ -396,7 +396,7 @@ def gpu_attention(
 ) -> torch.Tensor:
     """:func:`tiled_attention` as one Triton GPU kernel: same arguments, same result (Lesson 9, §8).
 
-    The kernel (:func:`encoderlab.tiled_triton.triton_attention`) skips the same
+    The kernel (:func:`encoderlab.kernels.tiled_triton.triton_attention`) skips the same
     tiles as the CPU loop: with ``causal=True`` and no mask by its loop bound,
     with a mask by :func:`classify_tiles`' plan. Raises a ValueError that says
     what is missing when there is no CUDA device or no Triton.
@@ -407,7 +407,9 @@ def gpu_attention(
             f"gpu_attention needs a CUDA device and Triton; this machine lacks {missing}. "
             "tiled_attention computes the same on the CPU."
         )
-    from .tiled_triton import triton_attention  # imports triton: only now that it is there
+    from encoderlab.kernels.tiled_triton import (
+        triton_attention,  # imports triton: only now that it is there
+    )
 
     if mask is not None and causal:
         causal_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=mask.device)

@@ -1,0 +1,218 @@
+"""A small training loop: seeded, with a progress bar and a loss history (Lessons 3, 5-8, 10).
+
+Training that takes longer than a notebook should wait is run by a command,
+``python -m encoderlab train NAME``, which writes a small safetensors artefact
+that the lesson loads with :func:`load_artefact` (``--list`` shows the names).
+
+    history = train(model, batches, loss_fn, steps=300)
+
+``batches`` is any iterable of batches (an endless generator is typical) and
+``loss_fn(model, batch)`` returns the scalar loss of one batch. The loop is
+AdamW and nothing else: no schedule, no gradient accumulation, no framework.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+try:  # a notebook progress bar needs ipywidgets; without it tqdm.auto would warn
+    import ipywidgets  # noqa: F401
+    from tqdm.auto import tqdm
+except ImportError:  # a plain text bar: terminals, test runs, kernels without ipywidgets
+    from tqdm import tqdm
+
+__all__ = ["train", "RECIPE_MODULES", "recipes", "artefact_path", "load_artefact", "main"]
+
+
+def train(
+    model: nn.Module,
+    batches: Iterable,
+    loss_fn: Callable[[nn.Module, object], torch.Tensor],
+    steps: int,
+    lr: float = 3e-3,
+    weight_decay: float = 0.0,
+    seed: int = 0,
+    progress: bool = True,
+    description: str | None = None,
+    schedule: Callable[[int], float] | None = None,
+) -> list[float]:
+    """Train ``model`` for ``steps`` AdamW steps; return the loss of every step (Lesson 3, §3).
+
+    ``seed`` seeds torch's global generator before the first step (dropout and
+    anything else drawn during training); seed the model's initialisation
+    yourself, with ``torch.manual_seed`` before building it. With the same
+    seeds, the same model and the same batches, two runs give the same history
+    on the same machine. The model is left in eval mode.
+
+    ``schedule(step)``, if given, multiplies ``lr`` at each step (Lesson 6's warm-up); without
+    it the learning rate is constant.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}.")
+    if not callable(loss_fn):
+        raise ValueError(
+            "loss_fn must be a function loss_fn(model, batch) -> scalar loss tensor, "
+            f"got {type(loss_fn).__name__}."
+        )
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if not parameters:
+        raise ValueError("the model has no trainable parameters (none with requires_grad=True).")
+
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
+    scheduler = None if schedule is None else torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    history: list[float] = []
+    model.train()
+    bar = tqdm(
+        itertools.islice(batches, steps),
+        total=steps,
+        desc=description,
+        disable=not progress,
+        mininterval=0.5,  # few redraws: a stored notebook keeps every one of them
+    )
+    for batch in bar:
+        loss = loss_fn(model, batch)
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            raise ValueError(
+                "loss_fn(model, batch) must return a scalar tensor (a 0-d loss), got "
+                f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__}."
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        history.append(loss.item())
+        bar.set_postfix(loss=f"{history[-1]:.3f}", refresh=False)
+    bar.close()
+    model.eval()
+    if len(history) < steps:
+        raise ValueError(
+            f"batches ran out after {len(history)} of {steps} steps: pass an endless iterator "
+            "(a generator with `while True`) or at least as many batches as steps."
+        )
+    return history
+
+
+# --- Trained artefacts (Lessons 5-8) ---
+# A recipe is a function recipe(steps=None, progress=True) -> (tensors, metadata) defined in
+# one lesson module's RECIPES dict. The command runs it and saves the result under
+# encoderlab/artefacts/, where the notebooks (and Colab installs) find it.
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import importlib  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+RECIPE_MODULES = (
+    "encoderlab.lessons.l05_mlm",  # Lesson 5
+    "encoderlab.lessons.l06_pretraining",  # Lesson 6
+    "encoderlab.lessons.l07_finetune",  # Lesson 7
+    "encoderlab.lessons.l08_retrieval",  # Lesson 8
+)
+ARTEFACTS = Path(__file__).parents[1] / "artefacts"  # encoderlab/artefacts
+MAX_ARTEFACT_BYTES = 5 * 1024 * 1024
+
+
+def recipes() -> dict[str, Callable]:
+    """Every artefact name the command knows, mapped to the function that trains it."""
+    found: dict[str, Callable] = {}
+    for module_name in RECIPE_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise  # the module exists but something it imports is missing
+            continue  # that lesson has no recipes
+        found.update(getattr(module, "RECIPES", {}))
+    return dict(sorted(found.items()))
+
+
+def artefact_path(name: str) -> Path:
+    """Where the committed artefact ``name`` lives (inside the installed package)."""
+    return ARTEFACTS / f"{name}.safetensors"
+
+
+def load_artefact(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, metadata) of a committed artefact; metadata says how it was made."""
+    from safetensors import safe_open
+
+    path = artefact_path(name)
+    if not path.is_file():
+        known = sorted(p.stem for p in ARTEFACTS.glob("*.safetensors"))
+        raise ValueError(
+            f"no artefact named {name!r} in {ARTEFACTS.name}/ (have: {known}). "
+            f"Train it with `python -m encoderlab train {name}`."
+        )
+    tensors = {}
+    with safe_open(str(path), framework="pt") as f:
+        metadata = dict(f.metadata() or {})
+        for key in f.keys():
+            tensors[key] = f.get_tensor(key)
+    return tensors, metadata
+
+
+def run_recipe(name: str, steps: int | None = None, out: Path | None = None,
+               progress: bool = True) -> Path:
+    """Train the artefact ``name`` and save it (to ``out``, or to its committed place)."""
+    from safetensors.torch import save_file
+
+    known = recipes()
+    if name not in known:
+        raise ValueError(
+            f"unknown artefact {name!r}; the command knows {list(known)}. "
+            "See `python -m encoderlab train --list`."
+        )
+    tensors, metadata = known[name](steps=steps, progress=progress)
+    command = f"python -m encoderlab train {name}" + (f" --steps {steps}" if steps else "")
+    metadata = {
+        **{k: str(v) for k, v in metadata.items()},
+        "name": name,
+        "command": command,
+        "torch": torch.__version__.split("+")[0],
+        "python": ".".join(map(str, sys.version_info[:3])),
+        "date": datetime.date.today().isoformat(),
+    }
+    out = Path(out) if out is not None else artefact_path(name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    save_file(tensors, str(out), metadata=metadata)
+    out.chmod(0o644)  # safetensors writes owner-only files; an artefact is for everyone to read
+    size = out.stat().st_size
+    if size > MAX_ARTEFACT_BYTES:
+        raise ValueError(
+            f"{out} is {size / 2**20:.1f} MB; artefacts must stay under "
+            f"{MAX_ARTEFACT_BYTES / 2**20:.0f} MB. Save fewer or smaller tensors."
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m encoderlab train",
+        description="Train one of the course's small artefacts and save it as safetensors.",
+    )
+    parser.add_argument("name", nargs="?", help="the artefact to train (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the artefacts and exit")
+    parser.add_argument("--steps", type=int, default=None, help="fewer steps, for a quick try")
+    parser.add_argument("--out", type=Path, default=None, help="write here instead")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    if args.list or args.name is None:
+        for name, recipe in recipes().items():
+            doc = (recipe.__doc__ or "").strip().split("\n")[0]
+            print(f"{name:28s} {doc}")
+        return 0
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps must be a positive int, got {args.steps}")
+    try:
+        out = run_recipe(args.name, steps=args.steps, out=args.out, progress=not args.quiet)
+    except ValueError as error:
+        parser.error(str(error))
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} kB)")
+    return 0

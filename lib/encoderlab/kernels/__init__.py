@@ -1,0 +1,1 @@
+"""GPU kernels: imported only where CUDA and Triton exist (Lesson 9)."""

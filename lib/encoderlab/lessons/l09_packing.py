@@ -1,0 +1,234 @@
+"""Unpadding and sequence packing with document masks (Lesson 9, §5).
+
+A batch padded to its longest sequence spends attention (and every other layer) on
+``[PAD]`` positions. Packing removes them: whole sequences are laid end to end in rows of
+capacity ``n``, each position carries the number of the document it belongs to, and the
+document mask (:func:`encoderlab.masks.document`) keeps every token inside its own
+sequence. The outputs per sequence are the same as running each sequence alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from encoderlab import masks
+from encoderlab.attention import scaled_dot_product_attention
+from encoderlab.tiled import tiled_attention
+
+__all__ = [
+    "Packing",
+    "pack_lengths",
+    "padding_fraction",
+    "padded_batch_fraction",
+    "padded_batch_entries",
+    "docstring_lengths",
+    "position_ids",
+    "pack_sequences",
+    "unpack",
+    "packed_attention",
+]
+
+
+@dataclass
+class Packing:
+    """Where each sequence went: ``rows[r]`` lists the sequence indices packed into row r.
+
+    ``doc_ids`` is (n_rows, n): the index of the sequence at each position, -1 for the
+    padding left at the end of a row; ``starts[i]`` is (row, offset) of sequence i.
+    """
+
+    capacity: int
+    lengths: list[int]
+    rows: list[list[int]]
+    doc_ids: torch.Tensor  # (n_rows, capacity), long
+    starts: list[tuple[int, int]]
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.rows)
+
+    @property
+    def padding_fraction(self) -> float:
+        """Fraction of the (n_rows, capacity) positions that hold no token."""
+        return padding_fraction(self.lengths, self.n_rows * self.capacity)
+
+    @property
+    def dense_entries(self) -> int:
+        """Score entries per head that a dense kernel computes: every row's capacity^2."""
+        return self.n_rows * self.capacity**2
+
+    @property
+    def own_entries(self) -> int:
+        """Score entries per head of each sequence's own square, sum of n_i^2: what a
+        variable-length ("varlen") kernel computes, and what attention on each sequence alone
+        computes (Lesson 9, §5)."""
+        return sum(n * n for n in self.lengths)
+
+
+def _check_lengths(lengths, capacity) -> list[int]:
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"capacity must be a positive int (tokens per row), got {capacity!r}.")
+    lengths = [int(n) for n in lengths]
+    if not lengths:
+        raise ValueError("pack_lengths() needs at least one sequence length, got none.")
+    bad = [n for n in lengths if not 1 <= n <= capacity]
+    if bad:
+        raise ValueError(
+            f"every length must be in [1, capacity={capacity}], got {bad[:5]}. Truncate or "
+            "split sequences longer than a row before packing them."
+        )
+    return lengths
+
+
+def pack_lengths(lengths, capacity: int) -> Packing:
+    """Pack sequences of the given lengths into rows of ``capacity`` tokens (Lesson 9, §5).
+
+    First-fit decreasing: take the sequences longest first and put each into the first row
+    with room left, opening a new row when none has. A sequence is never split.
+    """
+    lengths = _check_lengths(lengths, capacity)
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        for r, free in enumerate(room):
+            if lengths[i] <= free:
+                rows[r].append(i)
+                room[r] -= lengths[i]
+                break
+        else:
+            rows.append([i])
+            room.append(capacity - lengths[i])
+    doc_ids = torch.full((len(rows), capacity), -1, dtype=torch.long)  # (n_rows, capacity)
+    starts: list[tuple[int, int]] = [(0, 0)] * len(lengths)
+    for r, members in enumerate(rows):
+        offset = 0
+        for i in members:
+            doc_ids[r, offset : offset + lengths[i]] = i
+            starts[i] = (r, offset)
+            offset += lengths[i]
+    return Packing(capacity, lengths, rows, doc_ids, starts)
+
+
+def padding_fraction(lengths, total_positions: int) -> float:
+    """1 - (real tokens / positions): the share of the work spent on padding."""
+    real = sum(int(n) for n in lengths)
+    if total_positions < real or total_positions < 1:
+        raise ValueError(
+            f"total_positions must be at least the number of tokens ({real}), "
+            f"got {total_positions}."
+        )
+    return 1 - real / total_positions
+
+
+def padded_batch_fraction(lengths, batch_size: int) -> float:
+    """Padding fraction when the sequences, in the given order, go into batches of
+    ``batch_size`` rows, each padded to its own longest sequence (the usual padded batch)."""
+    lengths = [int(n) for n in lengths]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    total = 0
+    for s in range(0, len(lengths), batch_size):
+        chunk = lengths[s : s + batch_size]
+        total += len(chunk) * max(chunk)
+    return padding_fraction(lengths, total)
+
+
+def padded_batch_entries(lengths, batch_size: int) -> int:
+    """Score entries per head that dense attention computes on padded batches (Lesson 9, §5).
+
+    The sequences, in the given order, go into batches of ``batch_size`` rows, each padded to
+    its own longest sequence n_max: every row of the batch then holds an n_max x n_max score
+    matrix, padding included. Pass ``sorted(lengths)`` for length-sorted batches.
+    """
+    lengths = [int(n) for n in lengths]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    if not lengths:
+        raise ValueError("padded_batch_entries() needs at least one sequence length, got none.")
+    return sum(len(lengths[s : s + batch_size]) * max(lengths[s : s + batch_size]) ** 2
+               for s in range(0, len(lengths), batch_size))
+
+
+def docstring_lengths(tokenizer, max_length: int = 512) -> list[int]:
+    """Token lengths of real paragraphs: the standard-library docstrings of the course's frozen
+    corpus, in corpus order (Lesson 9, §5).
+
+    Each docstring's prose sentences (``corpora/docstring-pairs.json.gz``, the text Lesson 8
+    draws its pairs from) are joined with spaces and tokenized with ``tokenizer`` (with
+    [CLS] and [SEP]), truncated to ``max_length`` tokens as a model with that many positions
+    would truncate them.
+    """
+    from encoderlab.data import (
+        read_frozen,  # the frozen corpus: the same text on every Python version
+    )
+
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"max_length must be an int >= 2 ([CLS] and [SEP]), got {max_length!r}.")
+    docstrings = read_frozen("docstring-pairs")["docstrings"]
+    return [len(tokenizer.encode(" ".join(sentences), truncation=True, max_length=max_length))
+            for sentences in docstrings]
+
+
+def position_ids(packing: Packing) -> torch.Tensor:
+    """(n_rows, capacity) position of every packed token, counted from the start of its own
+    sequence (Lesson 9, §5): 0, 1, ..., n_i - 1 for sequence i; 0 at the end-of-row padding.
+
+    A model with learned absolute positions needs these, not the positions in the row
+    (0 .. capacity - 1), to give a packed sequence the output it has alone.
+    """
+    ids = torch.zeros(packing.n_rows, packing.capacity, dtype=torch.long)  # (n_rows, capacity)
+    for (r, o), n in zip(packing.starts, packing.lengths, strict=True):
+        ids[r, o : o + n] = torch.arange(n)
+    return ids
+
+
+def pack_sequences(sequences: list[torch.Tensor], packing: Packing) -> torch.Tensor:
+    """Lay the (n_i, d) tensors into (n_rows, capacity, d) as ``packing`` says; zeros elsewhere."""
+    if len(sequences) != len(packing.lengths):
+        raise ValueError(
+            f"got {len(sequences)} sequences for a packing of {len(packing.lengths)} lengths."
+        )
+    first = sequences[0]
+    out = first.new_zeros(packing.n_rows, packing.capacity, *first.shape[1:])  # (R, n, ...)
+    for i, x in enumerate(sequences):
+        if x.shape[0] != packing.lengths[i]:
+            raise ValueError(
+                f"sequence {i} has {x.shape[0]} positions, the packing expects "
+                f"{packing.lengths[i]}."
+            )
+        r, o = packing.starts[i]
+        out[r, o : o + x.shape[0]] = x
+    return out
+
+
+def unpack(packed: torch.Tensor, packing: Packing) -> list[torch.Tensor]:
+    """The inverse of :func:`pack_sequences`: one (n_i, ...) tensor per sequence."""
+    return [
+        packed[r, o : o + n] for (r, o), n in zip(packing.starts, packing.lengths, strict=True)
+    ]
+
+
+def packed_attention(
+    q: torch.Tensor,  # (R, h, capacity, d_k): packed queries
+    k: torch.Tensor,  # (R, h, capacity, d_k)
+    v: torch.Tensor,  # (R, h, capacity, d_v)
+    packing: Packing,
+    tiled: bool = False,
+    block_size: int = 128,
+) -> list[torch.Tensor]:
+    """Self-attention over a packed batch with the document mask (Lesson 9, §5).
+
+    Returns one (h, n_i, d_v) output per sequence, in the original order. The end-of-row
+    padding (doc id -1) forms its own "document", so real tokens never see it. With
+    ``tiled=True`` the tiled loop skips the tiles the document mask hides.
+    """
+    mask = masks.document(packing.doc_ids)  # (R, 1, n, n)
+    if tiled:
+        out = tiled_attention(q, k, v, mask=mask, block_size=block_size)  # (R, h, n, d_v)
+    else:
+        out, _ = scaled_dot_product_attention(q, k, v, mask)  # (R, h, n, d_v)
+    out = out.transpose(1, 2)  # (R, n, h, d_v): positions first, to unpack
+    return [x.transpose(0, 1) for x in unpack(out, packing)]  # each (h, n_i, d_v)

@@ -1,0 +1,700 @@
+"""Lesson 6: pretraining recipes (lessons.l06_pretraining), its checkers and its figures."""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from encoderlab import data  # noqa: E402
+from encoderlab.course import checks, plotting  # noqa: E402
+from encoderlab.course.train import artefact_path, load_artefact, main  # noqa: E402
+from encoderlab.encoder import EncoderConfig  # noqa: E402
+from encoderlab.heads import TinyLM  # noqa: E402
+from encoderlab.lessons import l06_pretraining as P  # noqa: E402
+from encoderlab.objectives import IGNORE_INDEX, mlm_loss  # noqa: E402
+
+SENTENCES = [f"Sentence number {i} talks about topic {i // 3}." for i in range(40)]
+TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "list", "is", "over", "##flow",
+          "##ed", "un", "##sort", "a", "stack", "."]
+SPECIAL = (0, 1, 2, 3, 4)
+TINY = EncoderConfig(vocab_size=len(TOKENS), d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                     n_max=32, dropout=0.0)
+
+
+def random_batch(b=64, n=24, seed=0):
+    """Random sentences over TOKENS: [CLS] words [SEP] [PAD]..., words of 1-3 pieces."""
+    g = torch.Generator().manual_seed(seed)
+    words = [[5], [6], [7], [8, 9, 10], [11, 12, 10], [13], [14], [15], [8], [11, 12]]
+    rows = []
+    for _ in range(b):
+        pieces = []
+        target = int(torch.randint(4, n - 2, (1,), generator=g))
+        while len(pieces) < target:
+            pieces += words[int(torch.randint(len(words), (1,), generator=g))]
+        rows.append([2, *pieces[: n - 2], 3])
+    ids = torch.tensor([r + [0] * (n - len(r)) for r in rows])
+    return ids, (ids != 0).long()
+
+
+# --- §1 Sentence pairs ------------------------------------------------------------------------
+
+
+def test_nsp_pairs_are_half_next_and_next_means_the_following_sentence():
+    pairs = P.nsp_pairs(SENTENCES * 10, seed=1)
+    assert len(pairs) == 399
+    share = sum(p.label for p in pairs) / len(pairs)
+    assert 0.4 < share < 0.6
+    corpus = SENTENCES * 10
+    for i, pair in enumerate(pairs):
+        assert pair.first == corpus[i]
+        if pair.label == 1:
+            assert pair.second == corpus[i + 1]
+    small = P.nsp_pairs(SENTENCES, seed=3)
+    for i, pair in enumerate(small):
+        if pair.label == 0:  # a random sentence, never the sentence itself or its successor
+            assert pair.second not in (SENTENCES[i], SENTENCES[i + 1])
+    assert P.nsp_pairs(SENTENCES, seed=3) == small  # deterministic
+
+
+def test_sop_pairs_hold_the_same_sentences_in_or_out_of_order():
+    pairs = P.sop_pairs(SENTENCES, seed=0)
+    assert len(pairs) == len(SENTENCES) - 1
+    for i, pair in enumerate(pairs):
+        order = (SENTENCES[i], SENTENCES[i + 1])
+        assert (pair.first, pair.second) == (order if pair.label == 1 else order[::-1])
+    assert 0 < sum(p.label for p in pairs) < len(pairs)
+
+
+@pytest.mark.parametrize(
+    "fn, arg, words",
+    [
+        (P.nsp_pairs, "one sentence", "list of strings"),
+        (P.nsp_pairs, ["a", "b"], "at least 3 sentences"),
+        (P.sop_pairs, ["only one"], "at least 2 sentences"),
+    ],
+)
+def test_pair_errors(fn, arg, words):
+    with pytest.raises(ValueError, match=words):
+        fn(arg)
+
+
+class _Tok:
+    def tokenize(self, text):
+        return text.lower().split()
+
+
+def _vocab():
+    return data.CompactVocab(_Tok(), ["a b c d e f g h"] * 2)
+
+
+def test_encode_pairs_frames_with_cls_and_two_seps_and_segments():
+    vocab = _vocab()
+    pairs = [P.SentencePair("a b c", "d e", 1), P.SentencePair("f", "g h", 0)]
+    ids, seg, am, labels = P.encode_pairs(vocab, pairs)
+    assert ids.shape == seg.shape == am.shape == (2, 8)
+    assert vocab.decode(ids[0]) == ["[CLS]", "a", "b", "c", "[SEP]", "d", "e", "[SEP]"]
+    assert seg[0].tolist() == [0, 0, 0, 0, 0, 1, 1, 1]
+    assert am[1].tolist() == [1] * 6 + [0] * 2 and seg[1, 6:].tolist() == [0, 0]
+    assert labels.tolist() == [1, 0]
+    long = [P.SentencePair("a b c d e f g", "h", 1)]
+    ids, _, am, _ = P.encode_pairs(vocab, long, max_length=6)
+    assert ids.shape[1] == 6 and vocab.decode(ids[0])[-2:] == ["h", "[SEP]"]  # longer one cut
+    with pytest.raises(ValueError, match="SentencePair"):
+        P.encode_pairs(vocab, [("a", "b", 1)])
+    with pytest.raises(ValueError, match="max_length must be an int >= 5"):
+        P.encode_pairs(vocab, pairs, max_length=4)
+
+
+def test_word_overlap_and_the_topic_shortcut():
+    assert P.word_overlap("The cat sat.", "the cat ran") == pytest.approx(2 / 4)
+    assert P.word_overlap("a b", "c d") == 0.0
+    # Pairs whose label is exactly "do they share words": the shortcut is perfect.
+    pairs = [P.SentencePair(f"w{i} x{i}", f"w{i} y{i}" if i % 4 < 2 else f"z{i}", int(i % 4 < 2))
+             for i in range(40)]
+    assert P.overlap_shortcut_accuracy(pairs) == 1.0
+    with pytest.raises(ValueError, match="at least 4 pairs"):
+        P.overlap_shortcut_accuracy(pairs[:3])
+
+
+# --- §2 Static and dynamic masking ------------------------------------------------------------
+
+
+def test_dynamic_masking_draws_a_new_mask_every_epoch_static_does_not():
+    ids, am = random_batch(b=16, n=24)
+    common = dict(special_ids=SPECIAL, vocab_size=len(TOKENS), epochs=8, mask_id=4)
+    dynamic = P.distinct_masks(P.epoch_masks(ids, am, **common))
+    static = P.distinct_masks(P.epoch_masks(ids, am, dynamic=False, **common))
+    bert = P.distinct_masks(P.epoch_masks(ids, am, dynamic=False, duplicates=4, **common))
+    assert static.tolist() == [1] * 16
+    assert int(bert.max()) <= 4 and dynamic.float().mean() > 6
+    again = P.epoch_masks(ids, am, **common)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(again, P.epoch_masks(ids, am, **common)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"epochs": 0}, "epochs must be a positive int"),
+        ({"epochs": 3, "dynamic": False, "duplicates": 5}, "never reach"),
+        ({"epochs": 3, "duplicates": 2}, "duplicates is for static masking"),
+    ],
+)
+def test_epoch_masks_errors(kwargs, words):
+    ids, am = random_batch(b=2, n=8)
+    with pytest.raises(ValueError, match=words):
+        P.epoch_masks(ids, am, SPECIAL, len(TOKENS), mask_id=4, **kwargs)
+    with pytest.raises(ValueError, match="at least one"):
+        P.distinct_masks([])
+
+
+# --- §3 Whole-word and span masking -----------------------------------------------------------
+
+
+def test_word_ids_join_continuation_pieces_and_skip_specials():
+    ids = torch.tensor([[2, 5, 8, 9, 10, 7, 11, 12, 10, 3, 0]])
+    words = P.word_ids(ids, (ids != 0).long(), TOKENS, SPECIAL)
+    assert words.tolist() == [[-1, 0, 1, 1, 1, 2, 3, 3, 3, -1, -1]]
+    with pytest.raises(ValueError, match="vocabulary as a list of strings"):
+        P.word_ids(ids, (ids != 0).long(), "tokens", SPECIAL)
+    with pytest.raises(ValueError, match=r"must lie in \[0, 16\)"):
+        P.word_ids(ids + 20, (ids != 0).long(), TOKENS, SPECIAL)
+
+
+def test_whole_word_mask_chooses_whole_words_at_rate_p_and_never_specials():
+    ids, am = random_batch(b=400, n=24)
+    g = torch.Generator().manual_seed(0)
+    inputs, labels = P.whole_word_mask(ids, am, TOKENS, SPECIAL, p=0.15, generator=g, mask_id=4)
+    chosen = labels != IGNORE_INDEX
+    words = P.word_ids(ids, am, TOKENS, SPECIAL)
+    for r in range(ids.shape[0]):  # every piece of a word has the same fate
+        for w in words[r].unique().tolist():
+            if w >= 0:
+                fate = chosen[r][words[r] == w]
+                assert bool(fate.all()) or not bool(fate.any())
+    assert not bool(chosen[torch.isin(ids, torch.tensor(SPECIAL))].any())
+    assert torch.equal(labels[chosen], ids[chosen])
+    rate = chosen.sum().item() / (words >= 0).sum().item()
+    assert 0.12 < rate < 0.18
+    masked = (inputs == 4) & chosen
+    assert 0.72 < masked.sum().item() / chosen.sum().item() < 0.88
+    g2 = torch.Generator().manual_seed(0)
+    again = P.whole_word_mask(ids, am, TOKENS, SPECIAL, p=0.15, generator=g2, mask_id=4)
+    assert torch.equal(again[0], inputs) and torch.equal(again[1], labels)
+    with pytest.raises(ValueError, match=r"p \(the fraction of words"):
+        P.whole_word_mask(ids, am, TOKENS, SPECIAL, p=0.0, mask_id=4)
+
+
+def test_span_lengths_follow_spanberts_clipped_geometric():
+    probs = P.span_length_distribution(0.2, 10)
+    assert probs.sum().item() == pytest.approx(1.0)
+    mean = (probs * torch.arange(1, 11)).sum().item()
+    assert mean == pytest.approx(3.8, abs=0.01)  # SpanBERT's quoted mean span length
+    with pytest.raises(ValueError, match="geometric_p must be in"):
+        P.span_length_distribution(0.0)
+    with pytest.raises(ValueError, match="max_span must be a positive int"):
+        P.span_length_distribution(0.2, 0)
+
+
+def test_span_mask_respects_the_budget_words_and_specials():
+    ids, am = random_batch(b=200, n=30, seed=1)
+    g = torch.Generator().manual_seed(0)
+    inputs, labels = P.span_mask(ids, am, TOKENS, SPECIAL, p=0.15, generator=g, mask_id=4)
+    chosen = labels != IGNORE_INDEX
+    words = P.word_ids(ids, am, TOKENS, SPECIAL)
+    for r in range(ids.shape[0]):
+        budget = max(1, round(0.15 * int((words[r] >= 0).sum())))
+        assert int(chosen[r].sum()) <= budget
+        if not bool(chosen[r].any()):  # nothing fits only if every word is over the budget
+            sizes = torch.bincount(words[r][words[r] >= 0])
+            assert int(sizes.min()) > budget
+        for w in words[r].unique().tolist():
+            if w >= 0:
+                fate = chosen[r][words[r] == w]
+                assert bool(fate.all()) or not bool(fate.any())
+    assert not bool(chosen[torch.isin(ids, torch.tensor(SPECIAL))].any())
+    assert not bool((inputs != ids)[~chosen].any())  # nothing outside the spans changes
+    rate = chosen.sum().item() / (words >= 0).sum().item()
+    assert 0.10 < rate <= 0.16
+    with pytest.raises(ValueError, match="mask_id must be an id below"):
+        P.span_mask(ids, am, TOKENS, SPECIAL, mask_id=99)
+
+
+# --- §4 Replaced-token detection --------------------------------------------------------------
+
+
+def test_replace_with_samples_changes_only_masked_positions():
+    ids, am = random_batch(b=8, n=12)
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[:, 2] = ids[:, 2]
+    logits = torch.zeros(8, 12, len(TOKENS))
+    logits[..., 7] = 50.0  # the generator is sure the token is "is"
+    out = P.replace_with_samples(ids, labels, logits, generator=torch.Generator().manual_seed(0))
+    assert (out[:, 2] == 7).all() and torch.equal(out[:, 3:], ids[:, 3:])
+    k_logits = logits[labels != IGNORE_INDEX]  # (k, V) form
+    assert torch.equal(P.replace_with_samples(ids, labels, k_logits), out)
+    with pytest.raises(ValueError, match="k = 8 masked positions"):
+        P.replace_with_samples(ids, labels, k_logits[:3])
+
+
+def test_rtd_labels_count_a_sampled_original_as_original_and_skip_padding():
+    ids = torch.tensor([[2, 5, 6, 7, 3, 0]])
+    corrupted = torch.tensor([[2, 5, 13, 7, 3, 0]])  # position 2 replaced; 3 sampled back
+    am = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    assert P.rtd_labels(ids, corrupted, am).tolist() == [[0, 0, 1, 0, 0, IGNORE_INDEX]]
+    with pytest.raises(ValueError, match="must have one shape"):
+        P.rtd_labels(ids, corrupted[:, :3], am)
+
+
+def test_rtd_loss_is_bce_over_labelled_positions():
+    logits = torch.tensor([[2.0, -1.0, 0.5]])
+    labels = torch.tensor([[1, 0, IGNORE_INDEX]])
+    expected = F.binary_cross_entropy_with_logits(torch.tensor([2.0, -1.0]),
+                                                  torch.tensor([1.0, 0.0]))
+    assert P.rtd_loss(logits, labels).item() == pytest.approx(expected.item())
+    assert P.rtd_loss(logits, torch.full_like(labels, IGNORE_INDEX)).item() == 0.0
+    with pytest.raises(ValueError, match="one score per position"):
+        P.rtd_loss(logits[..., None], labels)
+
+
+def test_masked_positions_loss_equals_mlm_loss_on_all_logits():
+    torch.manual_seed(0)
+    model = TinyLM(TINY, causal=False).eval()
+    ids, am = random_batch(b=4, n=10)
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[:, [2, 4]] = ids[:, [2, 4]]
+    loss, logits = P.masked_positions_loss(model, ids, am, labels)
+    assert logits.shape == (8, len(TOKENS))
+    assert loss.item() == pytest.approx(mlm_loss(model(ids, am), labels).item(), rel=1e-5)
+
+
+def test_electra_losses_and_no_gradient_from_discriminator_to_generator():
+    torch.manual_seed(0)
+    small = EncoderConfig(vocab_size=len(TOKENS), d_model=8, n_heads=2, n_layers=1, d_ff=16,
+                          n_max=32, dropout=0.0)
+    model = P.Electra(small, TINY)
+    ids, am = random_batch(b=6, n=14)
+    out = model.losses(ids, am, SPECIAL, mask_id=4, rng=torch.Generator().manual_seed(0))
+    assert out["corrupted"].shape == ids.shape == out["labels"].shape
+    assert (out["labels"][am == 1] >= 0).all() and (out["labels"][am == 0] == IGNORE_INDEX).all()
+    changed = out["corrupted"] != ids
+    assert not bool(changed[out["mlm_labels"] == IGNORE_INDEX].any())
+    out["discriminator_loss"].backward()
+    assert all(p.grad is None for p in model.generator.parameters())
+    assert math.isfinite(out["generator_loss"].item())
+    assert model.discriminator(ids, am).shape == ids.shape
+    with pytest.raises(ValueError, match="share one vocabulary"):
+        P.Electra(EncoderConfig(vocab_size=5, d_model=8, n_heads=2, n_layers=1, d_ff=8), TINY)
+
+
+def test_shared_embeddings_are_one_module_and_get_both_gradients():
+    torch.manual_seed(0)
+    small = EncoderConfig(vocab_size=len(TOKENS), d_model=8, n_heads=2, n_layers=1, d_ff=16,
+                          n_max=32, dropout=0.0)
+    model = P.Electra(small, TINY, share_embeddings=True)
+    shared = model.discriminator.encoder.embeddings
+    assert model.generator.encoder.embeddings.shared is shared
+    assert model.generator.head.token_embedding is shared.token
+    ids, am = random_batch(b=6, n=14)
+    out = model.losses(ids, am, SPECIAL, mask_id=4, rng=torch.Generator().manual_seed(0))
+    assert out["generator_loss"].item() == pytest.approx(math.log(len(TOKENS)), rel=0.5)
+    out["generator_loss"].backward()  # the generator's loss alone reaches the shared table
+    assert shared.token.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in model.discriminator.encoder.blocks.parameters())
+    with pytest.raises(ValueError, match="one n_max"):
+        P.Electra(EncoderConfig(vocab_size=len(TOKENS), d_model=8, n_heads=2, n_layers=1,
+                                d_ff=16, n_max=16), TINY, share_embeddings=True)
+
+
+def test_disc_weight_matters_to_adam_only_through_shared_weights():
+    batches = [random_batch(b=8, n=14, seed=s) for s in range(3)]
+    small = EncoderConfig(vocab_size=len(TOKENS), d_model=8, n_heads=2, n_layers=1, d_ff=16,
+                          n_max=32, dropout=0.0)
+
+    def make(share):
+        def build():
+            torch.manual_seed(0)
+            return P.Electra(small, TINY, share_embeddings=share)
+        return build
+
+    separate = P.disc_weight_effect(make(False), batches, SPECIAL, 4)
+    shared = P.disc_weight_effect(make(True), batches, SPECIAL, 4)
+    assert separate < 0.05 < shared
+    with pytest.raises(ValueError, match="at least steps"):
+        P.disc_weight_effect(make(False), batches[:1], SPECIAL, 4, steps=2)
+
+
+def test_constant_guess_bce_is_the_entropy_of_the_rate():
+    assert P.constant_guess_bce(0.5) == pytest.approx(math.log(2))
+    labels = torch.tensor([1.0] * 13 + [0.0] * 87)
+    logit = math.log(0.13 / 0.87)
+    bce = F.binary_cross_entropy_with_logits(torch.full((100,), logit), labels).item()
+    assert P.constant_guess_bce(0.13) == pytest.approx(bce, rel=1e-6)
+    with pytest.raises(ValueError, match=r"in \(0, 1\)"):
+        P.constant_guess_bce(0.0)
+
+
+def test_roc_auc_counts_ordered_pairs_and_ties():
+    assert P.roc_auc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1])) == 0.75
+    assert P.roc_auc(torch.tensor([3.0, 2.0, 1.0]), torch.tensor([1, 0, 0])) == 1.0
+    assert P.roc_auc(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([0, 1, 1])) == 0.5
+    g = torch.Generator().manual_seed(0)
+    scores, labels = torch.rand(4000, generator=g), torch.randint(2, (4000,), generator=g)
+    assert abs(P.roc_auc(scores, labels) - 0.5) < 0.03  # noise: about 0.5
+    with pytest.raises(ValueError, match="both labels"):
+        P.roc_auc(torch.tensor([0.1, 0.2]), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="1-d"):
+        P.roc_auc(torch.zeros(2, 2), torch.zeros(2, 2))
+
+
+def test_token_replaced_rate_counts_per_token_and_smooths_to_the_base_rate():
+    corrupted = torch.tensor([[5, 5, 6, 7, 0], [5, 6, 6, 7, 0]])
+    labels = torch.tensor([[1, 0, 0, 1, IGNORE_INDEX], [1, 0, 0, 1, IGNORE_INDEX]])
+    rate = P.token_replaced_rate(corrupted, labels, 10, prior_weight=1e-9)
+    assert rate[5].item() == pytest.approx(2 / 3) and rate[6].item() == pytest.approx(0.0, abs=1e-6)
+    assert rate[7].item() == pytest.approx(1.0)
+    unseen = P.token_replaced_rate(corrupted, labels, 10)[9].item()
+    assert unseen == pytest.approx(0.5)  # 4 of 8 scored positions are replaced
+    with pytest.raises(ValueError, match="one shape"):
+        P.token_replaced_rate(corrupted, labels[:, :3], 10)
+    with pytest.raises(ValueError, match=r"lie in \[0, 6\)"):
+        P.token_replaced_rate(corrupted, labels, 6)
+
+
+def test_warmup_then_decay_rises_linearly_then_falls_to_zero():
+    factors = [P.warmup_then_decay(t, 10, 4) for t in range(10)]
+    assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert factors[4] == 1.0 and factors[-1] == pytest.approx(1 / 6)
+    assert all(a >= b for a, b in zip(factors[3:], factors[4:]))
+    assert P.warmup_then_decay(0, 5, 0) == 1.0
+    assert [P.warmup_then_decay(t, 10, 4, decay=False) for t in range(3, 10)] == [1.0] * 7
+    with pytest.raises(ValueError, match="warmup_steps"):
+        P.warmup_then_decay(0, 10, 10)
+    with pytest.raises(ValueError, match="step must be"):
+        P.warmup_then_decay(10, 10, 2)
+
+
+def test_train_with_warmup_lowers_the_loss_and_follows_the_schedule():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    x = torch.randn(64, 3)
+    y = x @ torch.tensor([1.0, -2.0, 0.5])
+
+    def batches():
+        while True:
+            yield x, y
+
+    def loss_fn(m, batch):
+        return F.mse_loss(m(batch[0]).squeeze(-1), batch[1])
+
+    history = P.train_with_warmup(model, batches(), loss_fn, steps=200, lr=0.05,
+                                  warmup_steps=20, progress=False)
+    assert len(history) == 200 and history[-1] < 0.1 * history[0]
+    assert not model.training
+    with pytest.raises(ValueError, match="warmup_steps"):
+        P.train_with_warmup(model, batches(), loss_fn, steps=5, lr=0.1, warmup_steps=5,
+                            progress=False)
+
+
+# --- §5 Signal and compute ----------------------------------------------------------------------
+
+
+def test_signal_fraction_mlm_about_p_rtd_all():
+    ids, am = random_batch(b=300, n=24)
+    from encoderlab.objectives import mlm_corrupt
+
+    _, labels = mlm_corrupt(ids, am, SPECIAL, len(TOKENS), 0.15,
+                            generator=torch.Generator().manual_seed(0), mask_id=4)
+    ordinary = ((am == 1) & ~torch.isin(ids, torch.tensor(SPECIAL))).sum() / am.sum()
+    assert P.signal_fraction(labels, am) == pytest.approx(0.15 * ordinary.item(), abs=0.01)
+    assert P.signal_fraction(P.rtd_labels(ids, ids, am), am) == 1.0
+    with pytest.raises(ValueError, match="one shape"):
+        P.signal_fraction(labels[:, :3], am)
+
+
+def test_forward_flops_by_hand():
+    c = EncoderConfig(vocab_size=10, d_model=4, n_heads=2, n_layers=3, d_ff=8)
+    per_token = 2 * (4 * 16 + 2 * 4 * 8)
+    expected = 3 * (2 * 5 * per_token + 2 * 2 * 2 * 25 * 4) + 2 * 7 * 4 * 10
+    assert P.forward_flops(c, batch_size=2, n=5, head_positions=7, head_size=10) == expected
+
+
+def test_corruption_kinds():
+    original = torch.tensor([2, 5, 6, 7, 3])
+    inputs = torch.tensor([2, 4, 9, 7, 3])
+    labels = torch.tensor([IGNORE_INDEX, 5, 6, 7, IGNORE_INDEX])
+    assert P.corruption_kinds(original, inputs, labels, 4) == ["plain", "mask", "random",
+                                                               "kept", "plain"]
+    assert P.rtd_kinds(torch.tensor([0, 1, IGNORE_INDEX])) == ["original", "replaced", "plain"]
+    with pytest.raises(ValueError, match="1-d tensors of one length"):
+        P.corruption_kinds(original[None], inputs[None], labels[None], 4)
+
+
+# --- §6 The probe -----------------------------------------------------------------------------
+
+
+def test_linear_probe_separates_separable_data_and_is_at_chance_on_noise():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 5, generator=g)
+    y = (x[:, 0] > 0).long()
+    assert P.linear_probe(x[:100], y[:100], x[100:], y[100:]) >= 0.97
+    noise_y = torch.randint(2, (200,), generator=g)
+    assert P.linear_probe(x[:100], noise_y[:100], x[100:], noise_y[100:]) < 0.7
+    with pytest.raises(ValueError, match="one label per row"):
+        P.linear_probe(x, y[:5], x, y)
+    with pytest.raises(ValueError, match="with one d"):
+        P.linear_probe(x, y, x[:, :2], y)
+
+
+def test_encoder_features_ignore_padding_and_check_inputs():
+    torch.manual_seed(0)
+    model = TinyLM(TINY, causal=False)
+    ids, am = random_batch(b=5, n=16)
+    batch = P.encoder_features(model, ids, am, batch_size=2)
+    alone = torch.cat([P.encoder_features(model, ids[i:i + 1, : int(am[i].sum())],
+                                          am[i:i + 1, : int(am[i].sum())]) for i in range(5)])
+    assert batch.shape == (5, TINY.d_model)
+    assert torch.allclose(batch, alone, atol=1e-5)
+    assert model.training  # left as it was found
+    with pytest.raises(ValueError, match="encode"):
+        P.encoder_features(torch.nn.Linear(2, 2), ids, am)
+    with pytest.raises(ValueError, match=r"two \(N, n\) tensors"):
+        P.encoder_features(model, ids, am[:, :3])
+
+
+def test_source_task_is_balanced_and_tests_on_held_out_sentences():
+    corpus = data.python_docs_corpus()
+    task = P.source_task(corpus)
+    assert task.train_labels.float().mean().item() == 0.5
+    assert task.test_labels.float().mean().item() == 0.5
+    assert set(task.test_texts) <= set(corpus.held_out)
+    assert set(task.train_texts) <= set(corpus.train)
+    reference = P.reference_sentences()
+    assert all((t in reference) == bool(y) for t, y in zip(task.test_texts, task.test_labels))
+    assert "held out" in repr(task)
+
+
+# --- Recipes and artefacts ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["l6-mlm", "l6-rtd"])
+def test_recipe_runs_with_few_steps(name, tmp_path):
+    out = tmp_path / f"{name}.safetensors"
+    assert main([name, "--steps", "3", "--out", str(out), "--quiet"]) == 0
+    from safetensors import safe_open
+
+    with safe_open(str(out), framework="pt") as f:
+        meta = f.metadata()
+        assert f.get_tensor("loss").shape == (3,)
+        assert f.get_tensor("probe_steps").tolist() == [0, 1, 2, 3]
+    assert meta["steps"] == "3" and meta["corpus_fingerprint"]
+
+
+@pytest.mark.parametrize("name", ["l6-mlm", "l6-rtd"])
+def test_committed_artefact_loads_with_expected_keys(name):
+    path = artefact_path(name)
+    assert path.stat().st_size < 5 * 1024 * 1024
+    tensors, meta = load_artefact(name)
+    for key in ("loss", "flops", "probe_steps", "probe_accuracy"):
+        assert key in tensors
+    assert meta["corpus_fingerprint"] == data.python_docs_corpus().fingerprint
+    assert meta["command"] == f"python -m encoderlab train {name}"
+    model, tensors, meta = P.load_recipe_model(name)
+    assert len(tensors["loss"]) == int(meta["steps"])
+    if name == "l6-rtd":
+        assert isinstance(model, P.Electra) and "discriminator_loss" in tensors
+        assert meta["share_embeddings"] == "True" and model.share_embeddings
+        shared = model.discriminator.encoder.embeddings.token
+        assert model.generator.head.token_embedding is shared  # tied again after loading
+    assert int(meta["warmup_steps"]) == round(P.WARMUP_FRACTION * int(meta["steps"]))
+    with pytest.raises(ValueError, match="name must be one of"):
+        P.load_recipe_model("l5-mlm")
+
+
+def test_equal_compute_plan_matches_the_committed_runs():
+    _, mlm_meta = load_artefact("l6-mlm")
+    _, rtd_meta = load_artefact("l6-rtd")
+    mlm_flops, rtd_flops = int(mlm_meta["total_flops"]), int(rtd_meta["total_flops"])
+    assert abs(rtd_flops / mlm_flops - 1) < 0.02  # equal compute, generator included
+    # The plan (expected 15 % masked) is what the runs realised, to within a per cent.
+    planned = P.planned_flops("mlm", int(mlm_meta["steps"]))
+    assert abs(planned / mlm_flops - 1) < 0.01
+
+
+# --- Checkers -----------------------------------------------------------------------------------
+
+
+def _ww_reference(ids, am, tokens, special, picked):
+    words = P.word_ids(ids, am, tokens, special)
+    return (words >= 0) & picked.gather(1, words.clamp(min=0))
+
+
+def test_check_whole_word_positions_accepts_the_reference(capsys):
+    assert checks.check_whole_word_positions(_ww_reference)
+    assert "correct on" in capsys.readouterr().out
+
+
+def _first_piece_only(ids, am, tokens, special, picked):
+    starts = torch.tensor([not t.startswith("##") for t in tokens])[ids]
+    return _ww_reference(ids, am, tokens, special, picked) & starts
+
+
+def _pieces_as_words(ids, am, tokens, special, picked):
+    ordinary = (am != 0) & ~torch.isin(ids, torch.tensor(special))
+    index = ordinary.long().cumsum(dim=1) - 1
+    return ordinary & picked.gather(1, index.clamp(min=0))
+
+
+def _with_specials(ids, am, tokens, special, picked):
+    return _ww_reference(ids, am, tokens, special, picked) | (ids == 2)
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_first_piece_only, "only the first piece"),
+        (_pieces_as_words, "every piece as a word of its own"),
+        (_with_specials, "special tokens or padding"),
+        (lambda *a: _ww_reference(*a)[:, :-1], "shape"),
+    ],
+)
+def test_check_whole_word_positions_rejects_mistakes(wrong, words):
+    with pytest.raises(checks.CheckFailed, match=words):
+        checks.check_whole_word_positions(wrong)
+
+
+def _rtd(ids, mlm, samples, am):
+    corrupted = torch.where(mlm != IGNORE_INDEX, samples, ids)
+    return P.rtd_labels(ids, corrupted, am)
+
+
+def test_check_rtd_labels_accepts_the_reference(capsys):
+    assert checks.check_rtd_labels(_rtd)
+    assert "correct on" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (lambda ids, mlm, s, am: (mlm != IGNORE_INDEX).long().masked_fill(am == 0, -100),
+         "every masked position 'replaced'"),
+        (lambda ids, mlm, s, am: _rtd(ids, mlm, s, am).masked_fill(mlm == -100, -100),
+         "only the masked positions"),
+        (lambda ids, mlm, s, am: _rtd(ids, mlm, s, am).masked_fill(am == 0, 0), "padding"),
+        (lambda ids, mlm, s, am: P.rtd_labels(ids, s, am), "at every position"),
+        (lambda ids, mlm, s, am: _rtd(ids, mlm, s, am) == 1, "booleans"),
+    ],
+)
+def test_check_rtd_labels_rejects_mistakes(wrong, words):
+    with pytest.raises(checks.CheckFailed, match=words):
+        checks.check_rtd_labels(wrong)
+
+
+# --- Figures ------------------------------------------------------------------------------------
+
+
+def test_corruption_grid_draws_one_patch_per_token_and_checks_kinds():
+    ax = plotting.corruption_grid([["a", "b", "c"], ["a", "[MASK]"]],
+                                  [["plain", "plain", "plain"], ["plain", "mask"]],
+                                  row_labels=["original", "MLM"])
+    kinds = [p.get_gid() for p in ax.patches]
+    assert kinds.count("mask") == 1 and len(kinds) == 5
+    plt.close("all")
+    with pytest.raises(ValueError, match="unknown kinds"):
+        plotting.corruption_grid([["a"]], [["masked"]])
+    with pytest.raises(ValueError, match="one kind per token"):
+        plotting.corruption_grid([["a", "b"]], [["plain"]])
+
+
+def test_labelled_bars_and_metric_vs_compute():
+    ax = plotting.labelled_bars({"MLM": 0.15, "RTD": 1.0}, lines={"chance": 0.5}, fmt="{:.0%}")
+    assert len(ax.patches) == 2
+    ax = plotting.metric_vs_compute({"MLM encoder": ([0, 1], [0.7, 0.8])}, hlines={"x": 0.5})
+    assert len(ax.lines) == 2
+    plt.close("all")
+    with pytest.raises(ValueError, match="at least one value"):
+        plotting.labelled_bars({})
+    with pytest.raises(ValueError, match="at least one series"):
+        plotting.metric_vs_compute({})
+
+
+def test_continuation_accuracy_tests_every_continuation_piece():
+    torch.manual_seed(0)
+    model = TinyLM(TINY, causal=False).eval()
+    ids = torch.tensor([[2, 5, 8, 9, 10, 7, 3], [2, 11, 12, 10, 3, 0, 0]])
+    am = (ids != 0).long()
+    out = P.continuation_accuracy(model, ids, am, TOKENS, SPECIAL, mask_id=4)
+    assert out["pieces"] == 4.0  # ##flow ##ed ##sort ##ed
+    assert 0.0 <= out["piece alone"] <= 1.0 and 0.0 <= out["whole word"] <= 1.0
+    with pytest.raises(ValueError, match="no continuation"):
+        P.continuation_accuracy(model, ids[:, :2], am[:, :2], TOKENS, SPECIAL, mask_id=4)
+
+
+# --- Lesson 6, §6: paired comparisons ---------------------------------------------------------
+
+
+def test_cross_validated_correct_predicts_each_example_once():
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(200) % 2
+    x = torch.randn(200, 4, generator=g)
+    x[:, 0] += 3.0 * (2 * y - 1)  # separable on feature 0
+    correct = P.cross_validated_correct(x, y, folds=5)
+    assert correct.shape == (200,) and correct.dtype == torch.bool
+    assert correct.float().mean() > 0.95
+    noise = P.cross_validated_correct(torch.randn(200, 4, generator=g), y, folds=5)
+    assert 0.3 < noise.float().mean() < 0.7
+    assert torch.equal(P.cross_validated_correct(x, y, folds=5), correct)  # deterministic
+    with pytest.raises(ValueError, match="folds"):
+        P.cross_validated_correct(x, y, folds=1)
+    with pytest.raises(ValueError, match=r"\(N, d\)"):
+        P.cross_validated_correct(x[:, 0], y)
+
+
+def test_mcnemar_counts_discordant_pairs_and_gives_the_binomial_p_value():
+    a = torch.tensor([1, 1, 1, 0, 1, 0], dtype=torch.bool)
+    b = torch.tensor([1, 0, 0, 0, 1, 1], dtype=torch.bool)
+    a_only, b_only, p = P.mcnemar(a, b)
+    assert (a_only, b_only) == (2, 1)
+    assert p == pytest.approx(1.0)  # 2 * P(X <= 1), X ~ Bin(3, 1/2) = 2 * 4/8
+    _, _, p = P.mcnemar(torch.ones(20, dtype=torch.bool), torch.zeros(20, dtype=torch.bool))
+    assert p == pytest.approx(2 / 2 ** 20)
+    assert P.mcnemar(a, a) == (0, 0, 1.0)
+    with pytest.raises(ValueError, match="same examples"):
+        P.mcnemar(a, b[:3])
+
+
+def test_word_order_task_shuffles_half_and_keeps_the_words():
+    sentences = [f"word{i} and then more words here" for i in range(40)] + ["same same"]
+    texts, labels = P.word_order_task(sentences, seed=0)
+    assert len(texts) == len(sentences) and labels.shape == (len(sentences),)
+    for text, sentence, label in zip(texts, sentences, labels.tolist()):
+        assert sorted(text.split()) == sorted(sentence.split())
+        assert (text != sentence) == bool(label)
+    assert abs(int(labels.sum()) - 20) <= 1
+    with pytest.raises(ValueError):
+        P.word_order_task(["one"])
+
+
+def test_sentence_bootstrap_of_identical_scores_is_zero_and_detects_a_better_score():
+    g = torch.Generator().manual_seed(0)
+    y = (torch.rand(600, generator=g) < 0.3).long()
+    groups = torch.arange(600) // 20  # 30 sentences of 20 positions
+    good = (0.2 + 0.6 * y + 0.1 * torch.rand(600, generator=g)).double()
+    noise = torch.rand(600, generator=g).double()
+    same = P.sentence_bootstrap(noise, noise, y, groups, resamples=20)
+    assert torch.equal(same["auc"], torch.zeros(20, dtype=torch.float64))
+    diff = P.sentence_bootstrap(good, noise, y, groups, resamples=50)
+    assert (diff["auc"] > 0.3).all() and (diff["bce"] < 0).all()
+    with pytest.raises(ValueError, match="one length"):
+        P.sentence_bootstrap(good, noise[:5], y, groups)
+
+
+def test_untrained_encoder_is_the_step_zero_model():
+    _, vocab = P.corpus_and_vocab()
+    a, b = P.untrained_encoder(vocab), P.untrained_encoder(vocab)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

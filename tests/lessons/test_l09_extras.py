@@ -1,0 +1,361 @@
+"""Lesson 9's additions: packing, rotary positions and the online-softmax checker."""
+
+import math
+from functools import partial
+
+import pytest
+import torch
+
+from encoderlab import masks, rotary
+from encoderlab.attention import scaled_dot_product_attention
+from encoderlab.course import checks
+from encoderlab.lessons import l09_packing as packing
+
+# --- packing -------------------------------------------------------------------------------------
+
+
+def test_pack_lengths_places_every_sequence_once_without_overflow():
+    lengths = [5, 3, 8, 2, 7, 1, 4]
+    p = packing.pack_lengths(lengths, 8)
+    placed = sorted(i for row in p.rows for i in row)
+    assert placed == list(range(len(lengths)))
+    for row in p.rows:
+        assert sum(lengths[i] for i in row) <= 8
+    for i, n in enumerate(lengths):
+        r, o = p.starts[i]
+        assert (p.doc_ids[r, o : o + n] == i).all()
+    assert int((p.doc_ids >= 0).sum()) == sum(lengths)
+    assert p.n_rows == 4  # 30 tokens need at least 4 rows of 8
+    assert p.padding_fraction == pytest.approx(1 - 30 / 32)
+
+
+def test_padding_fractions():
+    assert packing.padding_fraction([2, 2], 8) == pytest.approx(0.5)
+    # two batches of two: [4, 2] -> 8 positions, [1] -> 1 position; 7 tokens of 9
+    assert packing.padded_batch_fraction([4, 2, 1], 2) == pytest.approx(2 / 9)
+
+
+@pytest.mark.parametrize("use_tiled", [False, True])
+def test_packed_attention_equals_each_sequence_alone(use_tiled):
+    g = torch.Generator().manual_seed(0)
+    lengths = [5, 9, 3, 12, 7, 1]
+    p = packing.pack_lengths(lengths, 16)
+    seqs = [torch.randn(2, n, 8, generator=g) for n in lengths]  # (h, n_i, d)
+    packed = packing.pack_sequences([x.transpose(0, 1) for x in seqs], p)  # (R, n, h, d)
+    q = packed.transpose(1, 2)  # (R, h, n, d)
+    outs = packing.packed_attention(q, q, q, p, tiled=use_tiled, block_size=4)
+    for out, x in zip(outs, seqs, strict=True):
+        alone, _ = scaled_dot_product_attention(x, x, x)
+        assert out.shape == alone.shape
+        assert (out - alone).abs().max() <= 1e-5
+
+
+def test_packed_attention_differs_without_the_document_mask():
+    g = torch.Generator().manual_seed(1)
+    p = packing.pack_lengths([4, 4], 8)
+    q = torch.randn(1, 1, 8, 4, generator=g)
+    with_mask = packing.packed_attention(q, q, q, p)
+    plain, _ = scaled_dot_product_attention(q, q, q, masks.bidirectional(8))
+    assert p.starts[0] == (0, 0)  # sequence 0 opens row 0
+    assert not torch.allclose(plain[0, :, :4], with_mask[0], atol=1e-4)  # it saw sequence 1
+
+
+def test_unpack_inverts_pack():
+    p = packing.pack_lengths([3, 1, 2], 4)
+    seqs = [torch.arange(n * 2.0).reshape(n, 2) + 10 * i for i, n in enumerate([3, 1, 2])]
+    back = packing.unpack(packing.pack_sequences(seqs, p), p)
+    for a, b in zip(seqs, back, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_packing_errors_say_what_to_do():
+    with pytest.raises(ValueError, match=r"in \[1, capacity=4\].*Truncate or split"):
+        packing.pack_lengths([3, 5], 4)
+    with pytest.raises(ValueError, match="capacity must be a positive int"):
+        packing.pack_lengths([3], 0)
+    with pytest.raises(ValueError, match="at least one sequence length"):
+        packing.pack_lengths([], 4)
+    with pytest.raises(ValueError, match="at least the number of tokens"):
+        packing.padding_fraction([3, 3], 5)
+    p = packing.pack_lengths([2], 4)
+    with pytest.raises(ValueError, match="the packing expects 2"):
+        packing.pack_sequences([torch.zeros(3, 1)], p)
+
+
+# --- rotary --------------------------------------------------------------------------------------
+
+
+def test_rotary_scores_depend_only_on_the_offset():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 16, generator=g), torch.randn(1, 16, generator=g)
+    scores = {}
+    for p_q, p_k in [(0, 3), (10, 13), (500, 503), (4000, 4003), (7, 2), (1007, 1002)]:
+        q_r, k_r = rotary.apply_rotary(q, k, torch.tensor([p_q]), torch.tensor([p_k]))
+        scores[(p_q, p_k)] = float(q_r @ k_r.T)
+    assert max(abs(scores[(0, 3)] - scores[p]) for p in [(10, 13), (500, 503), (4000, 4003)]) < 1e-4
+    assert abs(scores[(7, 2)] - scores[(1007, 1002)]) < 1e-4
+    assert abs(scores[(0, 3)] - scores[(7, 2)]) > 1e-3  # a different offset, a different score
+
+
+def test_rotary_keeps_norms_and_position_zero():
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 5, 8, generator=g)
+    q_r, k_r = rotary.apply_rotary(q, q, torch.arange(5))
+    assert torch.allclose(q_r.norm(dim=-1), q.norm(dim=-1), atol=1e-5)
+    assert torch.equal(q_r[:, 0], q[:, 0])  # position 0: rotation by angle 0
+
+
+def test_rotary_errors():
+    with pytest.raises(ValueError, match="positive even int"):
+        rotary.apply_rotary(torch.zeros(3, 5), torch.zeros(3, 5), torch.arange(3))
+    with pytest.raises(ValueError, match="one position per row"):
+        rotary.apply_rotary(torch.zeros(3, 4), torch.zeros(3, 4), torch.arange(2))
+    with pytest.raises(ValueError, match="share their last dimension"):
+        rotary.apply_rotary(torch.zeros(3, 4), torch.zeros(3, 6), torch.arange(3))
+
+
+# --- the online-softmax checker ------------------------------------------------------------------
+
+
+def _reference_online(s, v, chunk_size):
+    m = torch.full((s.shape[0], 1), -math.inf)
+    l_sum = torch.zeros(s.shape[0], 1)
+    acc = torch.zeros(s.shape[0], v.shape[1])
+    for c in range(0, s.shape[1], chunk_size):
+        tile = s[:, c : c + chunk_size]
+        m_new = torch.maximum(m, tile.amax(dim=-1, keepdim=True))
+        p = torch.exp(tile - m_new)
+        alpha = torch.exp(m - m_new)
+        l_sum = l_sum * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ v[c : c + chunk_size]
+        m = m_new
+    return acc / l_sum
+
+
+def _learner(bug):
+    """The online softmax as a learner writes it, with one bug (None: no bug)."""
+
+    def online(s, v, chunk_size):
+        n_q, n_kv = s.shape
+        m = torch.full((n_q, 1), -math.inf)
+        l_sum, acc = torch.zeros(n_q, 1), torch.zeros(n_q, v.shape[1])
+        for c in range(0, n_kv, chunk_size):
+            tile = s[:, c : c + chunk_size]
+            if bug == "drop_last" and tile.shape[1] < chunk_size:
+                continue
+            m_new = torch.maximum(m, tile.amax(1, keepdim=True))
+            p, alpha = torch.exp(tile - m_new), torch.exp(m - m_new)
+            if bug == "chunk_max":
+                p, alpha = torch.exp(tile - tile.amax(1, keepdim=True)), torch.ones_like(m)
+            l_sum = l_sum * (1 if bug == "no_rescale_l" else alpha) + p.sum(1, keepdim=True)
+            acc = acc * (1 if bug == "no_rescale_acc" else alpha) + p @ v[c : c + chunk_size]
+            m = m_new
+        return acc if bug == "no_divide" else acc / l_sum
+
+    return online
+
+
+def test_check_online_softmax_accepts_the_reference(capsys):
+    assert checks.check_online_softmax(_reference_online)
+    assert "correct on 5 cases" in capsys.readouterr().out
+    assert checks.check_online_softmax(_learner(None))
+
+
+def _online_by_split(s, v, chunk_size):
+    """A correct answer that chunks with torch.split and converts s first."""
+    s = s.float()
+    m = s.new_full((s.shape[0], 1), -math.inf)
+    l_sum, acc = s.new_zeros(s.shape[0], 1), s.new_zeros(s.shape[0], v.shape[1])
+    for tile, v_tile in zip(s.split(chunk_size, dim=1), v.split(chunk_size), strict=True):
+        m_new = torch.maximum(m, tile.amax(dim=1, keepdim=True))
+        alpha = torch.exp(m - m_new)
+        p = torch.exp(tile - m_new)
+        l_sum, acc, m = l_sum * alpha + p.sum(1, keepdim=True), acc * alpha + p @ v_tile, m_new
+    return acc / l_sum
+
+
+def _online_row_by_row(s, v, chunk_size):
+    """A correct answer that takes one query row at a time, then chunks it."""
+    rows = []
+    for row in s:  # (n_kv,)
+        m, l_sum, acc = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(v.shape[1])
+        for c in range(0, len(row), chunk_size):
+            tile = row[c : c + chunk_size]
+            m_new = torch.maximum(m, tile.max())
+            alpha, p = torch.exp(m - m_new), torch.exp(tile - m_new)
+            l_sum, acc, m = l_sum * alpha + p.sum(), acc * alpha + p @ v[c : c + chunk_size], m_new
+        rows.append(acc / l_sum)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("answer", [_online_by_split, _online_row_by_row])
+def test_check_online_softmax_accepts_other_correct_ways_to_chunk(answer):
+    assert checks.check_online_softmax(answer)
+
+
+@pytest.mark.parametrize(
+    ("bug", "message"),
+    [
+        ("no_rescale_acc", "rescale the running denominator l but not the running numerator"),
+        ("no_rescale_l", "rescale the running numerator but not the running denominator l"),
+        ("chunk_max", "subtract each chunk's own max"),
+        ("no_divide", "without dividing it by the running denominator l"),
+        ("drop_last", "skips the last chunk when it is shorter"),
+    ],
+)
+def test_check_online_softmax_names_the_learners_mistake(bug, message):
+    with pytest.raises(checks.CheckFailed, match=message):
+        checks.check_online_softmax(_learner(bug))
+
+
+@pytest.mark.parametrize(
+    ("mistake", "message"),
+    [
+        ({"rescale": False}, "not rescaled when the max grows"),
+        ({"sign": -1.0}, "the wrong sign"),
+        ({"per_chunk": True}, "normalise each chunk on its own"),
+        ({"track_max": False}, "do not subtract a running max"),
+    ],
+)
+def test_check_online_softmax_names_the_mistake(mistake, message):
+    wrong = partial(checks._online_variant, **mistake)
+    with pytest.raises(checks.CheckFailed, match=message):
+        checks.check_online_softmax(wrong)
+
+
+def _global_max_first(s, v, chunk_size):
+    m = s.amax(dim=1, keepdim=True)  # the whole row's max, before any chunk: not online
+    l_sum, acc = torch.zeros(s.shape[0], 1), torch.zeros(s.shape[0], v.shape[1])
+    for c in range(0, s.shape[1], chunk_size):
+        p = torch.exp(s[:, c : c + chunk_size] - m)
+        l_sum, acc = l_sum + p.sum(1, keepdim=True), acc + p @ v[c : c + chunk_size]
+    return acc / l_sum
+
+
+@pytest.mark.parametrize(
+    ("answer", "read"),
+    [
+        (lambda s, v, c: torch.softmax(s, -1) @ v, "softmax on 8 key columns"),
+        (lambda s, v, c: s.float().softmax(dim=1) @ v, "softmax on 8 key columns"),
+        (lambda s, v, c: torch.softmax(s[:, :], -1) @ v, "softmax on 8 key columns"),
+        (lambda s, v, c: torch.softmax(s.T, 0).T @ v, "softmax on 8 key columns"),
+        (_global_max_first, "amax on 8 key columns"),
+    ],
+)
+def test_check_online_softmax_rejects_reading_the_whole_row(answer, read):
+    with pytest.raises(checks.CheckFailed, match=f"computed {read} at once"):
+        checks.check_online_softmax(answer)
+
+
+def test_check_online_softmax_reports_shape_and_errors():
+    with pytest.raises(checks.CheckFailed, match="expected \\(n_q, d_v\\)"):
+        checks.check_online_softmax(lambda s, v, c: _reference_online(s, v, c).T)
+    with pytest.raises(checks.CheckFailed, match="raised NotImplementedError"):
+        checks.check_online_softmax(lambda s, v, c: (_ for _ in ()).throw(NotImplementedError()))
+    with pytest.raises(checks.CheckFailed, match="differs from softmax"):
+        checks.check_online_softmax(lambda s, v, c: _reference_online(s, v, c) + 0.1)
+
+
+# --- the tile plot -------------------------------------------------------------------------------
+
+
+def test_tile_grid_outlines_the_computed_tiles():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from encoderlab.course import plotting
+
+    ax = plotting.tile_grid(masks.causal(64), 16, title="causal")
+    assert ax.get_title() == "causal\n10/16 tiles"
+    ax = plotting.tile_grid(masks.sliding_window(64, 8), 16)
+    assert ax.get_title() == "10/16 tiles"
+
+
+# --- packing: work counts, real lengths, position ids --------------------------------------------
+
+
+def test_padded_batch_entries_and_the_packings_entry_counts():
+    # batches of two: [4, 2] -> 2 rows of 4 x 4, [1] -> 1 row of 1 x 1
+    assert packing.padded_batch_entries([4, 2, 1], 2) == 2 * 16 + 1
+    assert packing.padded_batch_entries(sorted([4, 2, 1]), 2) == 2 * 4 + 16
+    p = packing.pack_lengths([5, 3, 8, 2], 8)
+    assert p.dense_entries == p.n_rows * 64
+    assert p.own_entries == 25 + 9 + 64 + 4
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        packing.padded_batch_entries([3], 0)
+    with pytest.raises(ValueError, match="at least one sequence length"):
+        packing.padded_batch_entries([], 2)
+
+
+def test_position_ids_restart_at_every_sequence():
+    p = packing.pack_lengths([3, 2, 4], 5)
+    ids = packing.position_ids(p)
+    assert ids.shape == p.doc_ids.shape
+    for (r, o), n in zip(p.starts, p.lengths, strict=True):
+        assert ids[r, o : o + n].tolist() == list(range(n))
+    assert (ids[p.doc_ids < 0] == 0).all()  # the end-of-row padding
+
+
+def test_packed_learned_positions_need_the_restart_and_rotary_does_not():
+    g = torch.Generator().manual_seed(3)
+    p = packing.pack_lengths([3, 5], 8)  # one row: sequence 1 (5) at 0, sequence 0 (3) at 5
+    seqs = [torch.randn(1, n, 4, generator=g) for n in p.lengths]  # (h, n_i, d)
+    row = packing.pack_sequences([x.transpose(0, 1) for x in seqs], p).transpose(1, 2)[0]
+    mask = masks.document(p.doc_ids)[0]  # (1, 8, 8)
+    table = torch.randn(8, 4, generator=g)
+
+    def absolute(x, pos, m=None):
+        x = x + table[pos]
+        return scaled_dot_product_attention(x, x, x, m)[0]
+
+    def rope(x, pos, m=None):
+        q, k = rotary.apply_rotary(x, x, pos)
+        return scaled_dot_product_attention(q, k, x, m)[0]
+
+    def gap(attend, pos):
+        out = attend(row, pos, mask)
+        return max((out[:, o : o + n] - attend(x, torch.arange(n))).abs().max().item()
+                   for (_, o), n, x in zip(p.starts, p.lengths, seqs, strict=True))
+
+    restarted, from_row = packing.position_ids(p)[0], torch.arange(8)
+    assert gap(absolute, restarted) < 1e-5 < 1e-2 < gap(absolute, from_row)
+    assert gap(rope, restarted) < 1e-5 and gap(rope, from_row) < 1e-5
+
+
+def test_docstring_lengths_are_token_counts_of_the_frozen_docstrings():
+    from encoderlab.pretrained import load_minilm
+
+    tokenizer, _ = load_minilm()
+    lengths = packing.docstring_lengths(tokenizer)
+    assert len(lengths) == 735 and min(lengths) >= 3 and max(lengths) == 512
+    short = packing.docstring_lengths(tokenizer, max_length=64)
+    assert max(short) == 64 and all(s == min(n, 64) for s, n in zip(short, lengths, strict=True))
+    with pytest.raises(ValueError, match="max_length must be an int >= 2"):
+        packing.docstring_lengths(tokenizer, max_length=1)
+
+
+# --- the figures in the key's colours ------------------------------------------------------------
+
+
+def test_role_bars_and_role_lines_use_the_key_colours():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.colors import to_hex
+
+    from encoderlab.course import plotting
+
+    ax = plotting.role_bars(["a", "b"], {"count": ([1.0, 0.5], "reference"),
+                                         "time": ([1.1, 0.6], "library")})
+    faces = {to_hex(p.get_facecolor()) for p in ax.patches}
+    assert plotting.COLORS["library"].lower() in faces and "#ffffff" in faces
+    ax = plotting.role_lines([256, 512], {"w": {"values": [0.5, 0.25], "role": "highlight"},
+                                          "t": {"values": [1, 1], "role": "reference",
+                                                "style": "theory", "marker": None}})
+    w, t = ax.get_lines()
+    assert to_hex(w.get_color()) == plotting.COLORS["highlight"].lower()
+    assert t.get_linestyle() == ":" and t.get_marker() in (None, "None", "")
+    with pytest.raises(ValueError, match="one value per category"):
+        plotting.role_bars(["a"], {"x": ([1, 2], "library")})
+    with pytest.raises(ValueError, match="a role of the figure key"):
+        plotting.role_lines([1, 2], {"x": {"values": [1, 2], "role": "purple"}})
