@@ -8,32 +8,21 @@ M (see :mod:`encoderlab.masks`). Masks here are boolean, True = may attend.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from encoderlab.masks import check_mask
+from encoderlab.validate import check_heads, check_int, check_qkv
 
-__all__ = ["scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "offset_attention_mass"]
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() < 2:
-            raise ValueError(
-                f"{name} must be a tensor of shape (..., n, d) with at least 2 dimensions, "
-                f"got {tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}."
-            )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must share the last dimension d_k, got q {tuple(q.shape)} and "
-            f"k {tuple(k.shape)}. Project both with matrices of width d_k."
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same number of positions n_kv, got k {tuple(k.shape)} "
-            f"and v {tuple(v.shape)}. Keys and values come from the same sequence."
-        )
+__all__ = [
+    "scaled_dot_product_attention",
+    "MultiHeadAttention",
+    "KVCache",
+    "offset_attention_mass",
+    "diagonal_stats",
+]
 
 
 def scaled_dot_product_attention(
@@ -46,7 +35,7 @@ def scaled_dot_product_attention(
 
     A query row with no key it may attend to gets weights 0 and output 0, not NaN.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     d_k = q.shape[-1]
     # (..., n_q, n_kv): s_ij = q_i . k_j / sqrt(d_k); multiplying by d_k**-0.5 rounds exactly
     # as the reference BertModel does, so the two agree bit for bit
@@ -97,22 +86,13 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        if n_heads < 1 or d_model % n_heads != 0:
-            raise ValueError(
-                f"n_heads must divide d_model so that every head gets d_k = d_model / n_heads "
-                f"dimensions; got d_model={d_model}, n_heads={n_heads}. "
-                f"Pick n_heads from the divisors of {d_model}."
-            )
+        check_heads(d_model, n_heads)
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.w_q = nn.Linear(d_model, d_model, bias=bias)  # all heads' W_Q side by side
         self.w_k = nn.Linear(d_model, d_model, bias=bias)
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)  # mixes the concatenated heads
         self.dropout = nn.Dropout(dropout)
-        # What the keys and values cost (Lesson 10, §5): how many times they were projected,
-        # and how many positions (rows of the batch) went through W_K and W_V in all.
-        self.kv_projections = 0
-        self.kv_positions = 0
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -137,8 +117,6 @@ class MultiHeadAttention(nn.Module):
             source = x if context is None else context
             k = self._split_heads(self.w_k(source))  # (b, h, n_kv, d_k)
             v = self._split_heads(self.w_v(source))  # (b, h, n_kv, d_k)
-            self.kv_projections += 1
-            self.kv_positions += source.shape[0] * source.shape[1]  # b * n_kv rows projected
             if cache is not None:  # self-attention appends the new positions; cross stores once
                 k, v = cache.store(k, v, append=context is None)
         if need_weights or (self.training and self.dropout.p > 0):
@@ -169,11 +147,38 @@ def offset_attention_mass(weights: torch.Tensor, offset: int = 1) -> torch.Tenso
             f"{tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights)}."
         )
     n_q, n_kv = weights.shape[-2:]
-    if isinstance(offset, bool) or not isinstance(offset, int) or not -n_q < offset < n_kv:
-        raise ValueError(
-            f"offset must be an int with -{n_q} < offset < {n_kv} so that some query i has a "
-            f"key i + offset, got {offset!r}."
-        )
+    check_int(offset, "offset", at_least=1 - n_q, at_most=n_kv - 1,
+              what="some query i must have a key i + offset")
     # (..., number of queries that have a key at i + offset): A[i, i + offset]
     band = torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1)
     return band.mean(dim=-1)  # (...)
+
+
+def diagonal_stats(matrix) -> dict[str, np.ndarray]:
+    """Mean, min and max of each diagonal M[i, i + k] of a square matrix, k = 0..n-1 (Lesson 2, §5).
+
+    The relative of :func:`offset_attention_mass` for one matrix and every offset at once:
+    ``diagonal_stats(M)["mean"][k]`` is ``offset_attention_mass(M, k)``. For a similarity matrix
+    of positions, entry k summarises how alike two positions k apart are. Returns numpy arrays
+    ``offset``, ``mean``, ``min``, ``max`` and ``count`` (the n - k pairs behind each), the
+    numbers that ``plotting.similarity_by_offset`` draws.
+    """
+    if hasattr(matrix, "detach"):  # a tensor: on the CPU, in float64 like the numpy path
+        matrix = matrix.detach().cpu().double().numpy()
+    c = np.asarray(matrix, dtype=float)
+    while c.ndim > 2 and c.shape[0] == 1:  # (1, 1, n, n) -> (n, n)
+        c = c[0]
+    if c.ndim != 2 or c.shape[0] != c.shape[1]:
+        raise ValueError(
+            f"diagonal_stats needs a square matrix (position i against position j), got shape "
+            f"{c.shape}."
+        )
+    n = c.shape[0]
+    diagonals = [np.diagonal(c, k) for k in range(n)]  # diagonal k: the n - k pairs (i, i + k)
+    return {
+        "offset": np.arange(n),
+        "mean": np.array([d.mean() for d in diagonals]),
+        "min": np.array([d.min() for d in diagonals]),
+        "max": np.array([d.max() for d in diagonals]),
+        "count": np.array([d.size for d in diagonals]),
+    }

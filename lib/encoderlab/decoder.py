@@ -18,14 +18,14 @@ from torch import nn
 
 from encoderlab import masks
 from encoderlab.attention import KVCache, MultiHeadAttention
-from encoderlab.encoder import EncoderConfig, EncoderModel
+from encoderlab.encoder import EncoderConfig, EncoderModel, FeedForward
+from encoderlab.validate import check_int, check_positive_int
 
 __all__ = [
     "EncoderDecoderConfig",
     "DecoderBlock",
     "EncoderDecoderModel",
     "Generation",
-    "kv_positions_per_step",
     "ablated_cross_attention",
 ]
 
@@ -47,10 +47,7 @@ class EncoderDecoderConfig:
     eos_id: int = 2  # the decoder's last output: "done"
 
     def __post_init__(self):
-        if self.n_heads < 1 or self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"n_heads must divide d_model; got d_model={self.d_model}, n_heads={self.n_heads}."
-            )
+        self.encoder_config()  # the encoder's sizes are checked where they are defined
         specials = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         for name, value in specials.items():
             if not 0 <= value < self.vocab_size:
@@ -85,7 +82,7 @@ class DecoderBlock(nn.Module):
         self.norm_2 = nn.LayerNorm(d)
         self.cross_attention = MultiHeadAttention(d, config.n_heads, dropout=config.dropout)
         self.norm_3 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, config.d_ff), nn.GELU(), nn.Linear(config.d_ff, d))
+        self.mlp = FeedForward(d, config.d_ff)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(
@@ -185,10 +182,7 @@ class EncoderDecoderModel(nn.Module):
         With ``use_cache`` the decoder computes one new position per step and
         reuses the cached keys and values; without it, it reruns the whole prefix.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-            max_new_tokens < 1
-        ):
-            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}.")
+        check_positive_int(max_new_tokens, "max_new_tokens")
         cfg = self.config
         memory = self.encode(src_ids, src_mask)  # read the source once
         b = src_ids.shape[0]
@@ -216,50 +210,6 @@ class EncoderDecoderModel(nn.Module):
         return Generation(torch.stack(chosen, 1), torch.stack(step_logits, 1), cross)
 
 
-def kv_positions_per_step(
-    model: EncoderDecoderModel,
-    src_ids: torch.Tensor,  # (b, n_src)
-    src_mask: torch.Tensor | None = None,  # (b, n_src)
-    max_new_tokens: int = 20,
-    use_cache: bool = True,
-) -> list[dict]:
-    """Positions projected to keys and values at every step of greedy decoding (Lesson 10, §5).
-
-    Runs ``model.generate`` and reads, after each decoding step, the counters
-    ``kv_positions`` of every decoder block's self- and cross-attention (rows of
-    the batch that went through W_K and W_V). Returns one dict per step:
-    ``{"step": t, "self": [per block], "cross": [per block]}``, t counted from 1.
-    For one sequence of n_src tokens the formula is: with the cache, self 1 and
-    cross n_src at step 1, then self 1 and cross 0; without it, self t and cross
-    n_src at every step t.
-    """
-    if not isinstance(model, EncoderDecoderModel):
-        raise ValueError(
-            f"model must be an EncoderDecoderModel, got {type(model).__name__}. The counters "
-            "live in the decoder blocks' attention layers."
-        )
-    layers = [(block.self_attention, block.cross_attention) for block in model.blocks]
-
-    def totals() -> tuple[list[int], list[int]]:
-        return [s.kv_positions for s, _ in layers], [c.kv_positions for _, c in layers]
-
-    before = [totals()]  # the counters before the first step, then after every step
-    # lm_head runs once per decoding step, after every block: read the counters there.
-    hook = model.lm_head.register_forward_hook(lambda *_: before.append(totals()))
-    try:
-        model.generate(src_ids, src_mask, max_new_tokens=max_new_tokens, use_cache=use_cache)
-    finally:
-        hook.remove()
-    steps = []
-    for t, ((s0, c0), (s1, c1)) in enumerate(zip(before, before[1:]), start=1):
-        steps.append({
-            "step": t,
-            "self": [b - a for a, b in zip(s0, s1)],
-            "cross": [b - a for a, b in zip(c0, c1)],
-        })
-    return steps
-
-
 ABLATIONS = ("zero", "uniform", "last")
 
 
@@ -283,10 +233,8 @@ def ablated_cross_attention(
     if not isinstance(model, EncoderDecoderModel):
         raise ValueError(f"model must be an EncoderDecoderModel, got {type(model).__name__}.")
     n_blocks = len(model.blocks)
-    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < n_blocks:
-        raise ValueError(
-            f"block must be an int in [0, {n_blocks}) (decoder blocks count from 0), got {block!r}."
-        )
+    check_int(block, "block", at_least=0, at_most=n_blocks - 1,
+              what="decoder blocks count from 0")
     if mode not in ABLATIONS:
         raise ValueError(f"mode must be one of {ABLATIONS}, got {mode!r}.")
     attention = model.blocks[block].cross_attention

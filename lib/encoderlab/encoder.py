@@ -17,8 +17,16 @@ from torch import nn
 from encoderlab import masks
 from encoderlab.attention import MultiHeadAttention
 from encoderlab.embeddings import Embeddings
+from encoderlab.validate import check_heads
 
-__all__ = ["EncoderConfig", "EncoderBlock", "EncoderModel", "EncoderOutput", "count_parameters"]
+__all__ = [
+    "EncoderConfig",
+    "FeedForward",
+    "EncoderBlock",
+    "EncoderModel",
+    "EncoderOutput",
+    "count_parameters",
+]
 
 
 @dataclass
@@ -40,12 +48,7 @@ class EncoderConfig:
     def __post_init__(self):
         if self.norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}.")
-        if self.n_heads < 1 or self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"n_heads must divide d_model so that each head gets d_k = d_model / n_heads; "
-                f"got d_model={self.d_model}, n_heads={self.n_heads}. "
-                f"Pick n_heads from the divisors of {self.d_model}."
-            )
+        check_heads(self.d_model, self.n_heads)
 
 
 @dataclass
@@ -58,6 +61,23 @@ class EncoderOutput:
     pooler_output: torch.Tensor | None = None  # (b, d): tanh(W h_[CLS] + b), if the model has it
 
 
+class FeedForward(nn.Module):
+    """The position-wise MLP, GELU(x W_1 + b_1) W_2 + b_2, for every token alone (Lesson 4, §3).
+
+    ``w_1`` widens each token vector from d to d_ff (4d), ``w_2`` brings it back to d; the
+    checkpoint calls them ``intermediate.dense`` and ``output.dense`` (``pretrained.NAME_MAP``).
+    """
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)  # up: d -> 4d
+        self.activation = nn.GELU()  # the exact (erf) GELU, as BERT
+        self.w_2 = nn.Linear(d_ff, d_model)  # down: 4d -> d
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., d) -> (..., d)
+        return self.w_2(self.activation(self.w_1(x)))  # (..., d_ff) in between
+
+
 class EncoderBlock(nn.Module):
     """Self-attention and MLP, each with a residual and a LayerNorm (Lesson 4, §2–§4)."""
 
@@ -66,11 +86,7 @@ class EncoderBlock(nn.Module):
         self.norm_position = config.norm
         self.attention = MultiHeadAttention(config.d_model, config.n_heads, dropout=config.dropout)
         self.norm_1 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.mlp = nn.Sequential(
-            nn.Linear(config.d_model, config.d_ff),  # up: d -> 4d
-            nn.GELU(),  # the exact (erf) GELU, as BERT
-            nn.Linear(config.d_ff, config.d_model),  # down: 4d -> d
-        )
+        self.mlp = FeedForward(config.d_model, config.d_ff)
         self.norm_2 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from encoderlab.validate import check_int, check_positive_int
+
 __all__ = [
     "bidirectional",
     "causal",
@@ -24,18 +26,12 @@ __all__ = [
 ]
 
 
-def _check_length(n, name: str = "n") -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{name} must be a positive int (a sequence length), got {n!r}.")
-    return n
-
-
 def bidirectional(n: int, device=None) -> torch.Tensor:
     """The encoder's mask, M_ij = 0 for all i, j: every query may see every key (Lesson 3, §2).
 
     Returns a (n, n) boolean tensor of True.
     """
-    _check_length(n)
+    check_positive_int(n, "n", what="a sequence length")
     return torch.ones(n, n, dtype=torch.bool, device=device)  # (n, n)
 
 
@@ -44,7 +40,7 @@ def causal(n: int, device=None) -> torch.Tensor:
 
     Returns a (n, n) lower-triangular boolean tensor.
     """
-    _check_length(n)
+    check_positive_int(n, "n", what="a sequence length")
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()  # (n, n)
 
 
@@ -79,9 +75,8 @@ def prefix_lm(n: int, prefix_len: int, device=None) -> torch.Tensor:
     Every query sees the whole prefix; a query after the prefix also sees the
     positions up to itself (Lesson 10). ``prefix_len=0`` is causal, ``n`` is bidirectional.
     """
-    _check_length(n)
-    if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or not 0 <= prefix_len <= n:
-        raise ValueError(f"prefix_len must be an int in [0, n={n}], got {prefix_len!r}.")
+    check_positive_int(n, "n", what="a sequence length")
+    check_int(prefix_len, "prefix_len", at_least=0, at_most=n, what=f"n={n} positions in all")
     mask = causal(n, device=device)  # (n, n)
     mask[:, :prefix_len] = True  # the prefix is visible from everywhere
     return mask
@@ -94,9 +89,8 @@ def sliding_window(n: int, window: int, causal: bool = False, device=None) -> to
     the decoder's sliding window; without it both sides, as in Longformer's and
     ModernBERT's local layers.
     """
-    _check_length(n)
-    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-        raise ValueError(f"window must be a non-negative int (keys on each side), got {window!r}.")
+    check_positive_int(n, "n", what="a sequence length")
+    check_int(window, "window", at_least=0, what="keys on each side")
     i = torch.arange(n, device=device)[:, None]  # (n, 1): queries
     j = torch.arange(n, device=device)[None, :]  # (1, n): keys
     mask = (i - j).abs() <= window  # (n, n)

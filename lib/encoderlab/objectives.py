@@ -1,17 +1,58 @@
-"""Training objectives and their losses (Lesson 3, §3; Lesson 5).
+"""Training objectives and their losses: what a model is asked to predict (Lessons 1, 3, 5-7).
 
-A decoder learns by predicting each token from the tokens before it
-(:func:`next_token_loss`). Lesson 3 shows that this objective stops meaning
-anything once attention is bidirectional; Lesson 5 adds the masked-token
-objective that encoders use instead.
+Every objective here turns a batch into labels, and every loss skips the positions labelled
+:data:`IGNORE_INDEX`. In the order the course meets them:
+
+- next-token prediction, the decoder's objective (:func:`next_token_loss`, Lesson 3, §3), and a
+  side-by-side view of who predicts what, seeing what, under each objective
+  (:func:`objective_view`, Lesson 1, §2);
+- masked language modelling, the encoder's objective: BERT's 15 % corruption with 80/10/10
+  (:func:`mlm_corrupt`) and its loss (:func:`mlm_loss`; :func:`mlm_model_loss` applies the
+  model's output layer at the chosen positions only) (Lesson 5);
+- the masking choices after BERT: whole words (:func:`whole_word_mask`) and contiguous spans
+  of words (:func:`span_mask`, SpanBERT) (Lesson 6, §3);
+- ELECTRA's replaced-token detection: the generator's samples in the input
+  (:func:`replace_with_samples`), labels for every position (:func:`rtd_labels`) and their
+  binary cross-entropy (:func:`rtd_loss`) (Lesson 6, §4);
+- extractive question answering's loss over start and end positions (:func:`span_loss`,
+  Lesson 7, §5).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import torch
 from torch.nn import functional as F
 
-__all__ = ["next_token_loss"]
+from encoderlab import masks
+from encoderlab.validate import check_fraction, check_int, check_positive_int, shape_of
+
+__all__ = [
+    "IGNORE_INDEX",
+    "BERT_MASK_ID",
+    "next_token_loss",
+    "ObjectiveView",
+    "objective_view",
+    "mlm_corrupt",
+    "mlm_loss",
+    "mlm_model_loss",
+    "word_ids",
+    "whole_word_mask",
+    "span_length_distribution",
+    "span_mask",
+    "replace_with_samples",
+    "rtd_labels",
+    "rtd_loss",
+    "span_loss",
+]
+
+IGNORE_INDEX = -100  # the label of a position that carries no loss (cross_entropy's default)
+BERT_MASK_ID = 103  # [MASK] in BERT's (and MiniLM's) 30,522-token vocabulary
+
+
+# --- Next-token prediction (Lesson 3, §3) --------------------------------------------------------
 
 
 def next_token_loss(
@@ -31,7 +72,7 @@ def next_token_loss(
     and then this loss can be driven to zero by copying.
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        got = shape_of(logits)
         raise ValueError(
             f"logits must have shape (batch, n, vocab_size), got {got}. "
             "Pass the model's output before any softmax, one row of scores per position."
@@ -60,24 +101,18 @@ def next_token_loss(
                 f"attention_mask must have the shape of input_ids {(b, n)}, "
                 f"got {tuple(attention_mask.shape)}."
             )
-        labels = labels.masked_fill(attention_mask[:, 1:] == 0, -100)  # -100: ignored below
+        labels = labels.masked_fill(attention_mask[:, 1:] == 0, IGNORE_INDEX)
     return F.cross_entropy(
         predictions.reshape(-1, vocab_size),  # (b * (n-1), V)
         labels.reshape(-1),  # (b * (n-1),)
-        ignore_index=-100,
+        ignore_index=IGNORE_INDEX,
     )
 
 
-# --- Lesson 1 ---
-# Who predicts what, seeing what: the two objectives side by side on one sentence. This is a
-# teaching view, not a training recipe: the masked positions are chosen by the caller. Lesson 5
-# draws them at random (15 %, 80/10/10) and never picks [CLS], [SEP] or [PAD].
-
-from dataclasses import dataclass  # noqa: E402
-
-__all__ += ["ObjectiveView", "objective_view", "IGNORE_INDEX"]  # noqa: F405
-
-IGNORE_INDEX = -100  # the label of a position that carries no loss (cross_entropy's default)
+# --- Who predicts what, seeing what (Lesson 1, §2) -----------------------------------------------
+# The two objectives side by side on one sentence. This is a teaching view, not a training
+# recipe: the masked positions are chosen by the caller. Lesson 5 draws them at random (15 %,
+# 80/10/10) and never picks [CLS], [SEP] or [PAD].
 
 
 @dataclass(frozen=True)
@@ -154,8 +189,6 @@ def objective_view(
     ``mask`` replaces the default visibility, e.g. ``masks.bidirectional(n)`` with
     ``"next-token"`` to see the leak that Lesson 3, §3 trains on (:meth:`ObjectiveView.leaks`).
     """
-    from encoderlab import masks  # here, not at the top: this block is appended to the module
-
     ids = torch.as_tensor(input_ids)
     if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
         raise ValueError(
@@ -211,12 +244,8 @@ def objective_view(
     return ObjectiveView(objective, inputs, labels, label_at, mask.clone())
 
 
-# --- Lesson 5 ---
-# The masked-token objective: corrupt the input, score only the corrupted positions.
-
-__all__ += ["mlm_corrupt", "mlm_loss", "BERT_MASK_ID"]  # noqa: F405
-
-BERT_MASK_ID = 103  # [MASK] in BERT's (and MiniLM's) 30,522-token vocabulary
+# --- Masked language modelling (Lesson 5) --------------------------------------------------------
+# Corrupt the input, score only the corrupted positions.
 
 
 def _check_ids_and_mask(input_ids, attention_mask) -> None:
@@ -226,11 +255,7 @@ def _check_ids_and_mask(input_ids, attention_mask) -> None:
     if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
         raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}.")
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
-        got = (
-            tuple(attention_mask.shape)
-            if isinstance(attention_mask, torch.Tensor)
-            else type(attention_mask).__name__
-        )
+        got = shape_of(attention_mask)
         raise ValueError(
             f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)} "
             f"(1 = real token, 0 = [PAD]), got {got}."
@@ -257,10 +282,8 @@ def mlm_corrupt(
     ``mask_id`` defaults to BERT's [MASK] (103); pass your own for another vocabulary.
     """
     _check_ids_and_mask(input_ids, attention_mask)
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
-        raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}.")
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
-        raise ValueError(f"p (the fraction of positions to choose) must be in (0, 1], got {p!r}.")
+    check_int(vocab_size, "vocab_size", at_least=2)
+    check_fraction(p, "p (the fraction of positions to choose)", open_low=True)
     special = sorted({int(i) for i in special_ids})
     if any(not 0 <= i < vocab_size for i in special):
         raise ValueError(f"special_ids must be ids below vocab_size={vocab_size}, got {special}.")
@@ -294,7 +317,7 @@ def mlm_corrupt(
     inputs = input_ids.clone()
     inputs[to_mask] = mask_id
     inputs[to_random] = ordinary_ids.to(input_ids.device)[picks[to_random]]
-    labels = input_ids.masked_fill(~chosen, IGNORE_INDEX)  # noqa: F405
+    labels = input_ids.masked_fill(~chosen, IGNORE_INDEX)
     return inputs, labels
 
 
@@ -306,14 +329,257 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     gradient of 0 (no signal), rather than the NaN of a mean over nothing.
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        got = shape_of(logits)
         raise ValueError(f"logits must have shape (batch, n, vocab_size), got {got}.")
     if not isinstance(labels, torch.Tensor) or tuple(labels.shape) != tuple(logits.shape[:2]):
-        got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
+        got = shape_of(labels)
         raise ValueError(
             f"labels must have shape {tuple(logits.shape[:2])} to match the logits, got {got}."
         )
-    scored = labels != IGNORE_INDEX  # noqa: F405
+    scored = labels != IGNORE_INDEX
     if not scored.any():
         return logits.sum() * 0.0
     return F.cross_entropy(logits[scored], labels[scored])
+
+
+def mlm_model_loss(model, inputs, attention_mask, labels):
+    """(loss, logits): the MLM loss of ``model`` with its head applied at the labelled positions
+    only, as BERT's implementation does (Lessons 5-6). ``logits`` is (k, V) for the k
+    labelled positions, in row-major order. The loss equals
+    ``mlm_loss(model(inputs, attention_mask), labels)`` without scoring the other positions."""
+    h = model.encode(inputs, attention_mask).last_hidden_state  # (b, n, d)
+    chosen = labels != IGNORE_INDEX  # (b, n)
+    logits = model.head(h[chosen])  # (k, V)
+    return mlm_loss(logits[None], labels[chosen][None]), logits
+
+
+# --- Whole-word and span masking (Lesson 6, §3) --------------------------------------------------
+
+
+def _check_tokens(tokens) -> list[str]:
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence) or not tokens:
+        raise ValueError(
+            "tokens must be the vocabulary as a list of strings, id -> token (e.g. "
+            f"vocab.tokens of a CompactVocab), got {type(tokens).__name__}."
+        )
+    return list(tokens)
+
+
+def word_ids(
+    input_ids: torch.Tensor,  # (b, n)
+    attention_mask: torch.Tensor,  # (b, n)
+    tokens: Sequence[str],  # the vocabulary: tokens[id] is the piece's text
+    special_ids,
+) -> torch.Tensor:
+    """(b, n) the index of the word each piece belongs to, counted from 0 in each row; -1 at
+    special tokens and padding (Lesson 6, §3).
+
+    A word starts at a piece that does not begin with ``##``; a ``##`` piece belongs to the word
+    of the piece before it (WordPiece's continuation marker, Lesson 2).
+    """
+    tokens = _check_tokens(tokens)
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        raise ValueError("input_ids must be a (batch, n) tensor of token ids.")
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask must have the shape of input_ids "
+                         f"{tuple(input_ids.shape)}.")
+    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= len(tokens)):
+        raise ValueError(
+            f"input_ids must lie in [0, {len(tokens)}) to be looked up in tokens, got ids from "
+            f"{int(input_ids.min())} to {int(input_ids.max())}."
+        )
+    continuation = torch.tensor([t.startswith("##") for t in tokens])  # (V,)
+    ordinary = (attention_mask != 0) & ~torch.isin(input_ids, torch.tensor(sorted(special_ids)))
+    starts = ordinary & ~continuation[input_ids]  # (b, n): a piece that starts a word
+    ids = starts.long().cumsum(dim=1) - 1  # (b, n): word index of the latest start
+    return ids.masked_fill(~ordinary, -1)
+
+
+def whole_word_mask(
+    input_ids: torch.Tensor,  # (b, n)
+    attention_mask: torch.Tensor,  # (b, n)
+    tokens: Sequence[str],
+    special_ids,
+    p: float = 0.15,
+    generator: torch.Generator | None = None,
+    *,
+    mask_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole-word masking: choose words, not pieces; corrupt every piece of a chosen word.
+
+    (Lesson 6, §3.) Each word (:func:`word_ids`) is chosen independently with probability
+    ``p``, so a token is chosen with probability ``p`` as before, but the pieces of one word
+    are chosen together: "over ##flow ##ed" is never predicted from "over [MASK] ##ed". The
+    chosen pieces get BERT's 80/10/10 one by one, as in Google's release of whole-word
+    masking, by :func:`encoderlab.objectives.mlm_corrupt` run with ``p=1`` on the chosen
+    positions only. Returns (inputs, labels) like ``mlm_corrupt``.
+    """
+    tokens = _check_tokens(tokens)
+    check_fraction(p, "p (the fraction of words to choose)", open_low=True)
+    words = word_ids(input_ids, attention_mask, tokens, special_ids)  # (b, n)
+    b = input_ids.shape[0]
+    n_words = int(words.max()) + 1 if words.numel() else 0
+    picked = torch.rand((b, max(n_words, 1)), generator=generator) < p  # (b, words)
+    chosen = (words >= 0) & picked.gather(1, words.clamp(min=0))  # (b, n)
+    return mlm_corrupt(input_ids, chosen.long(), special_ids, len(tokens), 1.0,
+                       generator=generator, mask_id=mask_id)
+
+
+def span_length_distribution(geometric_p: float = 0.2, max_span: int = 10) -> torch.Tensor:
+    """(max_span,) P(length = 1..max_span): a geometric distribution cut at ``max_span`` and
+    renormalised, SpanBERT's span lengths in words (Lesson 6, §3). Mean 3.8 for (0.2, 10)."""
+    check_fraction(geometric_p, "geometric_p", open_low=True)
+    check_positive_int(max_span, "max_span")
+    lengths = torch.arange(1, max_span + 1, dtype=torch.float64)
+    probs = geometric_p * (1 - geometric_p) ** (lengths - 1)
+    return probs / probs.sum()
+
+
+def span_mask(
+    input_ids: torch.Tensor,  # (b, n)
+    attention_mask: torch.Tensor,  # (b, n)
+    tokens: Sequence[str],
+    special_ids,
+    p: float = 0.15,
+    generator: torch.Generator | None = None,
+    *,
+    mask_id: int,
+    geometric_p: float = 0.2,
+    max_span: int = 10,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SpanBERT's masking: contiguous spans of whole words until ~``p`` of the tokens are chosen.
+
+    (Lesson 6, §3.) For each sequence the budget is ``round(p * ordinary tokens)`` (at least
+    1). Repeatedly: draw a span length in words from :func:`span_length_distribution`, a
+    starting word uniformly, and choose the span's words that are not chosen yet, dropping
+    words from its end while it would exceed the budget. Stop when the budget is met (or when
+    nothing more fits). As in SpanBERT, the 80/10/10 decision is made per *span*: all its
+    pieces become [MASK], all become random ordinary tokens, or all stay. Returns (inputs,
+    labels) like :func:`encoderlab.objectives.mlm_corrupt`.
+    """
+    tokens = _check_tokens(tokens)
+    check_fraction(p, "p (the fraction of tokens to choose)", open_low=True)
+    lengths = span_length_distribution(geometric_p, max_span)  # (max_span,)
+    vocab_size = len(tokens)
+    if not 0 <= mask_id < vocab_size:
+        raise ValueError(f"mask_id must be an id below {vocab_size}, got {mask_id}.")
+    words = word_ids(input_ids, attention_mask, tokens, special_ids)  # (b, n)
+    special = sorted({int(i) for i in special_ids})
+    ordinary_ids = torch.tensor([i for i in range(vocab_size) if i not in special])
+    inputs, labels = input_ids.clone(), torch.full_like(input_ids, IGNORE_INDEX)
+    for row in range(input_ids.shape[0]):
+        w = words[row].tolist()
+        n_words = max(w) + 1
+        if n_words <= 0:
+            continue
+        positions: list[list[int]] = [[] for _ in range(n_words)]  # the pieces of each word
+        for i, k in enumerate(w):
+            if k >= 0:
+                positions[k].append(i)
+        budget = max(1, round(p * sum(len(ps) for ps in positions)))
+        taken: set[int] = set()
+        used, misses = 0, 0
+        while used < budget and misses < 10 * budget:
+            length = int(torch.multinomial(lengths, 1, generator=generator)) + 1
+            start = int(torch.randint(n_words, (1,), generator=generator))
+            span = [k for k in range(start, min(start + length, n_words)) if k not in taken]
+            while span and used + sum(len(positions[k]) for k in span) > budget:
+                span.pop()
+            if not span:
+                misses += 1
+                continue
+            where = torch.tensor([i for k in span for i in positions[k]])  # the span's pieces
+            taken.update(span)
+            used += len(where)
+            labels[row, where] = input_ids[row, where]
+            roll = torch.rand(1, generator=generator).item()  # one decision for the span
+            if roll < 0.8:
+                inputs[row, where] = mask_id
+            elif roll < 0.9:
+                picks = torch.randint(len(ordinary_ids), (len(where),), generator=generator)
+                inputs[row, where] = ordinary_ids[picks]
+    return inputs, labels
+
+
+# --- Replaced-token detection, ELECTRA (Lesson 6, §4) --------------------------------------------
+
+
+def replace_with_samples(
+    input_ids: torch.Tensor,  # (b, n): the original tokens
+    labels: torch.Tensor,  # (b, n): the generator's MLM labels, IGNORE_INDEX where not masked
+    generator_logits: torch.Tensor,  # (b, n, V), or (k, V) for the k masked positions in order
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """The discriminator's input: the original tokens, with a *sample* from the generator at
+    every masked position (Lesson 6, §4).
+
+    ELECTRA samples (it does not take the argmax), and no gradient flows through the sample:
+    the discriminator's loss does not train the generator. A masked position keeps IGNORE_INDEX
+    in ``labels`` nowhere else, so the sample replaces exactly the positions with a label.
+    Returns (b, n) ids.
+    """
+    if not isinstance(labels, torch.Tensor) or labels.shape != input_ids.shape:
+        raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}.")
+    masked = labels != IGNORE_INDEX  # (b, n)
+    k = int(masked.sum())
+    logits = generator_logits.detach()
+    if logits.dim() == 3 and logits.shape[:2] == input_ids.shape:
+        logits = logits[masked]  # (k, V)
+    if logits.dim() != 2 or logits.shape[0] != k:
+        raise ValueError(
+            f"generator_logits must be (b, n, V) = {(*input_ids.shape, 'V')} or (k, V) with "
+            f"k = {k} masked positions, got {tuple(generator_logits.shape)}."
+        )
+    corrupted = input_ids.clone()
+    if k:
+        probs = torch.softmax(logits.float(), dim=-1)  # (k, V)
+        corrupted[masked] = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return corrupted
+
+
+def rtd_labels(
+    input_ids: torch.Tensor,  # (b, n): the original tokens
+    corrupted_ids: torch.Tensor,  # (b, n): what the discriminator reads
+    attention_mask: torch.Tensor,  # (b, n)
+) -> torch.Tensor:
+    """(b, n) replaced-token-detection labels: 1 = replaced, 0 = original, IGNORE_INDEX at
+    padding (Lesson 6, §4).
+
+    Every real position carries a label, [CLS] and [SEP] included (they are never replaced).
+    A masked position where the generator happened to sample the original token counts as
+    *original*, as in ELECTRA: the label says whether the token differs, not whether it was
+    masked.
+    """
+    if not (isinstance(corrupted_ids, torch.Tensor) and corrupted_ids.shape == input_ids.shape
+            and isinstance(attention_mask, torch.Tensor)
+            and attention_mask.shape == input_ids.shape):
+        raise ValueError(
+            f"input_ids, corrupted_ids and attention_mask must have one shape, got "
+            f"{tuple(input_ids.shape)}, {tuple(getattr(corrupted_ids, 'shape', ()))} and "
+            f"{tuple(getattr(attention_mask, 'shape', ()))}."
+        )
+    replaced = (corrupted_ids != input_ids).long()  # (b, n)
+    return replaced.masked_fill(attention_mask == 0, IGNORE_INDEX)
+
+
+def rtd_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of the discriminator's logits (b, n) against :func:`rtd_labels`,
+    averaged over the labelled positions, in nats (Lesson 6, §4)."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or logits.shape != labels.shape:
+        got = shape_of(logits)
+        raise ValueError(
+            f"logits must be (batch, n) = {tuple(labels.shape)}, one score per position, got "
+            f"{got}. Squeeze the last axis of a (b, n, 1) output."
+        )
+    scored = labels != IGNORE_INDEX
+    if not scored.any():
+        return logits.sum() * 0.0
+    return F.binary_cross_entropy_with_logits(logits[scored], labels[scored].float())
+
+
+# --- Extractive question answering (Lesson 7, §5) ------------------------------------------------
+
+
+def span_loss(start_logits, end_logits, starts, ends) -> torch.Tensor:
+    """The mean of the cross-entropies of the gold start and gold end positions (Lesson 7, §5)."""
+    return (F.cross_entropy(start_logits, starts) + F.cross_entropy(end_logits, ends)) / 2

@@ -13,8 +13,10 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from encoderlab.encoder import EncoderConfig, EncoderModel
+from encoderlab.tokenizer import WordPieceTokenizer
 
 __all__ = [
     "MINILM_SHA256",
@@ -60,10 +62,10 @@ NAME_MAP = {
     "encoder.layer.{l}.attention.output.dense.bias": "blocks.{l}.attention.w_o.bias",
     "encoder.layer.{l}.attention.output.LayerNorm.weight": "blocks.{l}.norm_1.weight",
     "encoder.layer.{l}.attention.output.LayerNorm.bias": "blocks.{l}.norm_1.bias",
-    "encoder.layer.{l}.intermediate.dense.weight": "blocks.{l}.mlp.0.weight",  # up: d -> 4d
-    "encoder.layer.{l}.intermediate.dense.bias": "blocks.{l}.mlp.0.bias",
-    "encoder.layer.{l}.output.dense.weight": "blocks.{l}.mlp.2.weight",  # down: 4d -> d
-    "encoder.layer.{l}.output.dense.bias": "blocks.{l}.mlp.2.bias",
+    "encoder.layer.{l}.intermediate.dense.weight": "blocks.{l}.mlp.w_1.weight",  # W_1: d -> 4d
+    "encoder.layer.{l}.intermediate.dense.bias": "blocks.{l}.mlp.w_1.bias",
+    "encoder.layer.{l}.output.dense.weight": "blocks.{l}.mlp.w_2.weight",  # W_2: 4d -> d
+    "encoder.layer.{l}.output.dense.bias": "blocks.{l}.mlp.w_2.bias",
     "encoder.layer.{l}.output.LayerNorm.weight": "blocks.{l}.norm_2.weight",
     "encoder.layer.{l}.output.LayerNorm.bias": "blocks.{l}.norm_2.bias",
     "pooler.dense.weight": "pooler.weight",
@@ -240,10 +242,6 @@ def load_minilm(path: str | os.PathLike | None = None, check_hash: bool = True):
     ``path`` is a folder with model.safetensors, config.json and vocab.txt; see
     :func:`find_weights` for where it looks when ``path`` is None.
     """
-    from safetensors.torch import load_file
-
-    from encoderlab.tokenizer import WordPieceTokenizer
-
     folder = find_weights(path)
     weights = folder / WEIGHTS_FILE
     if check_hash:
@@ -261,61 +259,3 @@ def load_minilm(path: str | os.PathLike | None = None, check_hash: bool = True):
     model.eval()
     tokenizer = WordPieceTokenizer.from_vocab_file(folder / "vocab.txt")
     return tokenizer, model
-
-
-# --- Lesson 8 ---
-# Sentence embeddings as the all-MiniLM-L6-v2 model card computes them.
-
-__all__ += ["sentence_embeddings", "SENTENCE_MAX_LENGTH"]
-
-SENTENCE_MAX_LENGTH = 256  # the checkpoint's sentence_bert_config.json: max_seq_length
-
-
-def sentence_embeddings(
-    tokenizer,
-    model,
-    texts,
-    batch_size: int = 32,
-    max_length: int = SENTENCE_MAX_LENGTH,
-    progress: bool | None = None,
-) -> torch.Tensor:
-    """(len(texts), d): mean-pooled, L2-normalised sentence vectors (Lesson 8, §2).
-
-    Texts are encoded ``batch_size`` at a time, padded to the longest in the batch
-    and cut at ``max_length`` tokens (256 for all-MiniLM-L6-v2, as its sentence
-    pipeline does). The mean is over real tokens only. A progress bar is shown for
-    more than 4 batches unless ``progress`` says otherwise.
-    """
-    from torch.nn import functional as F
-
-    from encoderlab.course.train import tqdm
-    from encoderlab.heads import pool
-
-    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
-        raise ValueError(
-            f"texts must be a list of strings, got {type(texts).__name__}. "
-            "For one sentence, pass [sentence]."
-        )
-    if not texts or not all(isinstance(t, str) for t in texts):
-        raise ValueError("texts must be a non-empty list of strings.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-    starts = range(0, len(texts), batch_size)
-    show = len(starts) > 4 if progress is None else progress
-    vectors = []
-    with torch.no_grad():
-        for start in tqdm(starts, disable=not show, desc="embedding", mininterval=0.5):
-            batch = tokenizer(
-                list(texts[start : start + batch_size]),
-                padding=True,
-                truncation=True,
-                max_length=max_length,
-                return_tensors="pt",
-            )
-            hidden = model(
-                batch["input_ids"],
-                token_type_ids=batch["token_type_ids"],
-                attention_mask=batch["attention_mask"],
-            ).last_hidden_state  # (b, n, d)
-            vectors.append(pool(hidden, batch["attention_mask"], how="mean"))  # (b, d)
-    return F.normalize(torch.cat(vectors), dim=-1)  # (len(texts), d), unit length

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import torch
 
+from encoderlab.validate import is_int
+
 __all__ = ["rotary_angles", "apply_rotary"]
 
 
 def rotary_angles(positions: torch.Tensor, d: int, base: float = 10000.0) -> torch.Tensor:
     """(n, d/2) angles p * base^(-2i/d) for each position p and coordinate pair i."""
-    if isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2:
+    if not is_int(d) or d < 2 or d % 2:
         raise ValueError(
             f"the head dimension must be a positive even int (coordinates are rotated in "
             f"pairs), got {d!r}."

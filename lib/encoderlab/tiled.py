@@ -19,8 +19,9 @@ accumulated so far was measured against the old max; multiplying it by
 ``exp(m_old - m_new)`` re-measures it against the new one. After the last key
 tile, ``acc / l`` is exactly softmax(s) V. The full (n_q, n_kv) score matrix is
 never built, and a tile that the mask rules out entirely is never visited.
-(The code writes 2^x where this paragraph writes e^x, as FlashAttention-2's CUDA code does;
-the comment on ``scale`` in :func:`tiled_attention` says why.)
+(The code writes 2^x where this paragraph writes e^x, as FlashAttention-2's CUDA code does:
+the scores arrive multiplied by log2(e), and 2^(x log2 e) = e^x. :func:`_tile_layout`, one of
+the two helpers that hold the loop's speed tricks, says why.)
 
 Each tile is in one of three states (see :func:`classify_tiles`):
 
@@ -48,8 +49,8 @@ import math
 
 import torch
 
-from encoderlab.attention import _check_qkv
 from encoderlab.masks import check_mask, to_additive
+from encoderlab.validate import check_int, check_positive_int, check_qkv
 
 __all__ = [
     "SKIP",
@@ -71,18 +72,8 @@ FULL = 2  # nothing hidden: computed without any mask
 
 
 def _check_block_size(block_size) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(
-            f"block_size must be a positive int (rows and columns per tile), got {block_size!r}. "
-            "Typical values are 32, 64 or 128."
-        )
-    return block_size
-
-
-def _check_length(n, name: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"{name} must be a non-negative int (a sequence length), got {n!r}.")
-    return n
+    return check_positive_int(block_size, "block_size", what="rows and columns per tile",
+                              hint="Typical values are 32, 64 or 128.")
 
 
 def _n_tiles(n: int, block_size: int) -> int:
@@ -145,8 +136,8 @@ def classify_tiles(
     which :func:`tile_counts` counts.
     """
     n_kv = n_q if n_kv is None else n_kv
-    _check_length(n_q, "n_q")
-    _check_length(n_kv, "n_kv")
+    check_int(n_q, "n_q", at_least=0, what="a sequence length")  # 0 is allowed: no tiles
+    check_int(n_kv, "n_kv", at_least=0, what="a sequence length")
     _check_block_size(block_size)
     if mask is None:
         if causal:
@@ -181,24 +172,14 @@ def classify_tiles(
     return states
 
 
-def live_tiles(
-    n_q: int,
-    n_kv: int | None = None,
-    block_size: int = 128,
-    mask: torch.Tensor | None = None,
-    causal: bool = False,
-) -> torch.Tensor:
+def live_tiles(n_q: int, n_kv: int | None = None, block_size: int = 128,
+               mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
     """Boolean (T_q, T_kv): True for the tiles that are computed (Lesson 3, §4; Lesson 9)."""
     return classify_tiles(n_q, n_kv, block_size, mask, causal) != SKIP
 
 
-def tile_counts(
-    n_q: int,
-    n_kv: int | None = None,
-    block_size: int = 128,
-    mask: torch.Tensor | None = None,
-    causal: bool = False,
-) -> dict:
+def tile_counts(n_q: int, n_kv: int | None = None, block_size: int = 128,
+                mask: torch.Tensor | None = None, causal: bool = False) -> dict:
     """How many tiles :func:`tiled_attention` computes for this mask (Lesson 3, §4; Lesson 9).
 
     Returns a dict with ``computed`` (tiles computed), ``total`` (all T_q * T_kv
@@ -230,19 +211,10 @@ def tile_ratio_causal(n: int, block_size: int = 128) -> float:
     T = ceil(n / block_size). Full attention computes T^2 tiles, causal only the
     T(T+1)/2 on and below the diagonal; the ratio tends to 2 as T grows.
     """
-    _check_length(n, "n")
+    check_positive_int(n, "n", what="a sequence length; for n = 0 there are no tiles")
     _check_block_size(block_size)
     t = _n_tiles(n, block_size)
-    if t == 0:
-        raise ValueError("tile_ratio_causal needs n >= 1: there are no tiles to count for n = 0.")
     return 2 * t / (t + 1)
-
-
-def _causal_visible(r0: int, r1: int, c0: int, c1: int, device=None) -> torch.Tensor:
-    """The causal mask's tile with rows [r0, r1) and columns [c0, c1): key j visible iff j <= i."""
-    rows = torch.arange(r0, r1, device=device)[:, None]  # (bq, 1) query positions i
-    cols = torch.arange(c0, c1, device=device)[None, :]  # (1, bk) key positions j
-    return cols <= rows  # (bq, bk)
 
 
 def _batch_shape(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Size:
@@ -282,7 +254,7 @@ def tiled_attention(
     the formula), which assumes finite inputs there; a skipped tile's keys and
     values are never read at all.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     _check_block_size(block_size)
     if not (q.dtype == k.dtype == v.dtype) or not q.dtype.is_floating_point:
         raise ValueError(
@@ -290,89 +262,119 @@ def tiled_attention(
             f"{q.dtype}, {k.dtype} and {v.dtype}. Convert them with `.to(dtype)`."
         )
     batch = _batch_shape(q, k, v)
-    n_q, d_k, n_kv, d_v = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
-    scores_shape = (*batch, n_q, n_kv)
+    n_q, n_kv = q.shape[-2], k.shape[-2]
     if mask is not None:
-        check_mask(mask, scores_shape)  # boolean, and broadcasts to (..., n_q, n_kv)
+        check_mask(mask, (*batch, n_q, n_kv))  # boolean, and broadcasts to (..., n_q, n_kv)
         mask = mask.to(q.device)
 
     states = classify_tiles(n_q, n_kv, block_size, mask, causal).tolist()  # T_q lists of T_kv
+    q_, k_t, v_ = _tile_layout(q, k, v, batch)  # (B, n_q, d_k), (B, d_k, n_kv), (B, n_kv, d_v)
+    # a PARTIAL tile's slice of M, built when the loop asks for it
+    tile_bias = _PartialTileBias(mask, causal, (*batch, n_q, n_kv), q_.dtype, q_.device)
+    lowest = torch.finfo(q_.dtype).min  # the most negative finite number
 
-    # Half precision has too few mantissa bits for long running sums: work in float32.
-    work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    bsz = math.prod(batch)  # all (batch, head) pairs side by side, B = b * h
-    q_ = q.to(work).expand(*batch, n_q, d_k).reshape(bsz, n_q, d_k)  # (B, n_q, d_k)
-    v_ = v.to(work).expand(*batch, n_kv, d_v).reshape(bsz, n_kv, d_v)  # (B, n_kv, d_v)
-    # FlashAttention's exp2 trick: e^x = 2^(x * log2(e)). Scaling the scores by
-    # log2(e) / sqrt(d_k) instead of 1 / sqrt(d_k) lets every exponential below be an
-    # exp2, which the CPU computes fast for any input, -inf included (exp is many times
-    # slower on -inf and on very negative numbers). Same softmax, different base.
-    scale = math.log2(math.e) / math.sqrt(d_k)
-    # K^T * scale, laid out once: each key tile is then a column slice of it (no
-    # transpose per tile), and q (k^T * scale) costs no extra pass over the scores.
-    k_ = k.to(work).expand(*batch, n_kv, d_k).reshape(bsz, n_kv, d_k)  # (B, n_kv, d_k)
-    k_t = q_.new_empty(bsz, d_k, n_kv)  # (B, d_k, n_kv)
-    torch.mul(k_.transpose(1, 2), scale, out=k_t)  # (B, d_k, n_kv): one copy does both
-
-    visible = None  # the explicit mask, sliceable by tile
-    if mask is not None:
-        # Expand only the last two dims (a view, no copy) so that it can be sliced by
-        # tile; the leading dims keep their 1s and broadcast against (..., bq, bk).
-        visible = mask.expand(*mask.shape[:-2], n_q, n_kv)  # (..., n_q, n_kv)
-    diagonal_biases = {}  # causal tiles that cross the diagonal share a few patterns: reuse
-
-    def tile_bias(r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
-        """This PARTIAL tile's slice of the additive mask M (0 / -inf), (B or 1, bq, bk)."""
-        if visible is None:  # causal only: the pattern depends on the offset r0 - c0 alone
-            key = (r0 - c0, r1 - r0, c1 - c0)
-            if key not in diagonal_biases:
-                vis = _causal_visible(r0, r1, c0, c1, q.device)[None]  # (1, bq, bk)
-                diagonal_biases[key] = to_additive(vis, work)  # (1, bq, bk)
-            return diagonal_biases[key]
-        vis = visible[..., r0:r1, c0:c1]  # (..., bq, bk)
-        if causal:
-            vis = vis & _causal_visible(r0, r1, c0, c1, q.device)  # (..., bq, bk)
-        if vis.dim() > 2 and any(size != 1 for size in vis.shape[:-2]):
-            vis = vis.expand(*batch, r1 - r0, c1 - c0).reshape(bsz, r1 - r0, c1 - c0)
-        else:
-            vis = vis.reshape(1, r1 - r0, c1 - c0)  # one pattern for every (batch, head)
-        return to_additive(vis, work)  # (B or 1, bq, bk)
-
-    out = q_.new_empty(bsz, n_q, d_v)  # (B, n_q, d_v); every query tile writes its rows
-    neg_inf = float("-inf")
-    lowest = torch.finfo(work).min  # the most negative finite number
+    n_pairs, d_v = q_.shape[0], v_.shape[-1]  # B = all (batch, head) pairs side by side
+    out = q_.new_empty(n_pairs, n_q, d_v)  # (B, n_q, d_v): each query tile writes its rows
     for i, row in enumerate(states):
         r0, r1 = i * block_size, min((i + 1) * block_size, n_q)  # this query tile's rows
         q_i = q_[:, r0:r1]  # (B, bq, d_k)
-        m_i = q_.new_full((bsz, r1 - r0, 1), neg_inf)  # (B, bq, 1) running row max
-        l_i = q_.new_zeros(bsz, r1 - r0, 1)  # (B, bq, 1) running denominator
-        acc = q_.new_zeros(bsz, r1 - r0, d_v)  # (B, bq, d_v) running numerator
+        m = q_.new_full((n_pairs, r1 - r0, 1), float("-inf"))  # (B, bq, 1) running row max
+        l = q_.new_zeros(n_pairs, r1 - r0, 1)  # (B, bq, 1) running denominator
+        acc = q_.new_zeros(n_pairs, r1 - r0, d_v)  # (B, bq, d_v) running numerator
         for j, state in enumerate(row):
             if state == SKIP:
                 continue  # the whole tile is hidden: this is where the saving comes from
             c0, c1 = j * block_size, min((j + 1) * block_size, n_kv)  # this key tile's columns
-            s = torch.bmm(q_i, k_t[:, :, c0:c1])  # (B, bq, bk): the scores s_ij of this tile
-            if state == PARTIAL:
-                # Only tiles that straddle the mask's edge pay for masking: add the tile's
-                # slice of M, so hidden scores become -inf and get weight 2^-inf = 0.
-                s.add_(tile_bias(r0, r1, c0, c1))  # (B, bq, bk)
-            m_new = torch.maximum(m_i, s.amax(dim=-1, keepdim=True))  # (B, bq, 1)
-            shift = m_new  # what we subtract before exponentiating: the running max
-            if state == PARTIAL:
-                # A row that has seen no visible key yet has m_new = -inf, and
-                # -inf - (-inf) is NaN: shift such rows by the lowest finite number
-                # instead (they have no visible entry to shift; m_new itself stays -inf).
-                shift = m_new.clamp(min=lowest)  # (B, bq, 1)
-            p = s.sub_(shift).exp2_()  # (B, bq, bk): the tile's unnormalised weights
-            alpha = (m_i - shift).exp2_()  # (B, bq, 1): re-measures old sums against m_new
-            l_i.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))  # (B, bq, 1)
-            acc.mul_(alpha).baddbmm_(p, v_[:, c0:c1])  # (B, bq, d_v) += (B, bq, bk) @ (B, bk, d_v)
-            m_i = m_new
+            # (B, bq, bk): the scores s_ij of this tile, times log2(e) (see _tile_layout)
+            s = torch.bmm(q_i, k_t[:, :, c0:c1])
+            if state == PARTIAL:  # only tiles that straddle the mask's edge pay for masking
+                s += tile_bias(r0, r1, c0, c1)  # hidden scores become -inf: weight 2^-inf = 0
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (B, bq, 1)
+            # What we subtract before exponentiating: the running max. A row that has seen no
+            # visible key yet has m_new = -inf, and -inf - (-inf) is NaN: in a PARTIAL tile,
+            # shift such rows by the lowest finite number instead (m_new itself stays -inf).
+            shift = m_new.clamp(min=lowest) if state == PARTIAL else m_new
+            p = s.sub_(shift).exp2_()  # (B, bq, bk): the tile's unnormalised weights, in place
+            alpha = torch.exp2(m - shift)  # (B, bq, 1): re-measures the old sums against m_new
+            l = l * alpha + p.sum(dim=-1, keepdim=True)
+            acc = torch.baddbmm(acc * alpha, p, v_[:, c0:c1])  # acc * alpha + p @ v_j
+            m = m_new
         # softmax(s) V = acc / l. A row that saw a key has l >= 1 (its largest score adds
         # 2^0 = 1); a row that saw none has l = 0 and acc = 0. Raising l to at least 1
         # changes only the latter, which then gives 0 / 1 = 0 instead of 0 / 0 = NaN.
-        torch.div(acc, l_i.clamp_(min=1.0), out=out[:, r0:r1])  # (B, bq, d_v)
+        out[:, r0:r1] = acc / l.clamp(min=1.0)  # (B, bq, d_v)
     return out.reshape(*batch, n_q, d_v).to(q.dtype)  # (..., n_q, d_v)
+
+
+# --- Speed tricks of the loop above (the algorithm is the same without them) --------------------
+
+
+def _tile_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: torch.Size):
+    """q, k, v laid out once for the tile loop: ``(q, K^T * scale, v)`` as (B, ., .) tensors.
+
+    Speed, not mathematics:
+
+    * all (batch, head) pairs side by side, B = prod(batch), so one ``bmm`` per tile serves them;
+    * float16 and bfloat16 in float32: half precision has too few mantissa bits for long sums;
+    * K transposed once, so each key tile is a column slice (no transpose per tile);
+    * FlashAttention's exp2 trick: e^x = 2^(x log2 e). Scaling K by log2(e) / sqrt(d_k) instead
+      of 1 / sqrt(d_k) lets the loop exponentiate with ``exp2``, which the CPU computes fast for
+      any input, -inf included (exp is many times slower on -inf and very negative numbers).
+      The same softmax in another base: the scale costs nothing, it rides on the copy of K.
+    """
+    work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    n_q, d_k, n_kv, d_v = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    bsz = math.prod(batch)
+    q_ = q.to(work).expand(*batch, n_q, d_k).reshape(bsz, n_q, d_k)  # (B, n_q, d_k)
+    v_ = v.to(work).expand(*batch, n_kv, d_v).reshape(bsz, n_kv, d_v)  # (B, n_kv, d_v)
+    k_ = k.to(work).expand(*batch, n_kv, d_k).reshape(bsz, n_kv, d_k)  # (B, n_kv, d_k)
+    k_t = q_.new_empty(bsz, d_k, n_kv)  # (B, d_k, n_kv)
+    torch.mul(k_.transpose(1, 2), math.log2(math.e) / math.sqrt(d_k), out=k_t)  # one copy
+    return q_, k_t, v_
+
+
+class _PartialTileBias:
+    """The additive mask M (0 / -inf) of one PARTIAL tile, (B or 1, bq, bk), built on demand.
+
+    Speed, not mathematics: the full (n_q, n_kv) M is never built, only the slices of tiles
+    that straddle the mask's edge; and with the causal mask alone the tiles crossing the
+    diagonal share a few patterns (they depend only on r0 - c0 and the tile's size), so each
+    pattern is built once and reused.
+    """
+
+    def __init__(self, mask: torch.Tensor | None, causal: bool, scores_shape: tuple,
+                 dtype: torch.dtype, device):
+        self.causal, self.dtype, self.device = causal, dtype, device
+        self.batch = scores_shape[:-2]  # (..., ) the leading (batch, head) dims
+        self.visible = None  # the explicit mask, sliceable by tile
+        if mask is not None:
+            # Expand only the last two dims (a view, no copy) so that it can be sliced by tile;
+            # the leading dims keep their 1s and broadcast against (..., bq, bk).
+            self.visible = mask.expand(*mask.shape[:-2], *scores_shape[-2:])  # (..., n_q, n_kv)
+        self.diagonal_patterns = {}  # (r0 - c0, bq, bk) -> (1, bq, bk)
+
+    def __call__(self, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
+        if self.visible is None:  # causal only: the pattern depends on the offset r0 - c0 alone
+            key = (r0 - c0, r1 - r0, c1 - c0)
+            if key not in self.diagonal_patterns:
+                vis = _causal_visible(r0, r1, c0, c1, self.device)[None]  # (1, bq, bk)
+                self.diagonal_patterns[key] = to_additive(vis, self.dtype)
+            return self.diagonal_patterns[key]
+        vis = self.visible[..., r0:r1, c0:c1]  # (..., bq, bk)
+        if self.causal:
+            vis = vis & _causal_visible(r0, r1, c0, c1, vis.device)  # (..., bq, bk)
+        if vis.dim() > 2 and any(size != 1 for size in vis.shape[:-2]):
+            vis = vis.expand(*self.batch, r1 - r0, c1 - c0).reshape(-1, r1 - r0, c1 - c0)
+        else:
+            vis = vis.reshape(1, r1 - r0, c1 - c0)  # one pattern for every (batch, head)
+        return to_additive(vis, self.dtype)  # (B or 1, bq, bk)
+
+
+def _causal_visible(r0: int, r1: int, c0: int, c1: int, device=None) -> torch.Tensor:
+    """The causal mask's tile with rows [r0, r1) and columns [c0, c1): key j visible iff j <= i."""
+    rows = torch.arange(r0, r1, device=device)[:, None]  # (bq, 1) query positions i
+    cols = torch.arange(c0, c1, device=device)[None, :]  # (1, bk) key positions j
+    return cols <= rows  # (bq, bk)
 
 
 # --- The GPU kernel (Lesson 9, §8) ---------------------------------------------------------------

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["is_int", "check_int", "check_positive_int", "check_fraction", "check_qkv"]
+__all__ = [
+    "is_int", "shape_of", "check_int", "check_positive_int", "check_fraction", "check_heads",
+    "check_qkv",
+]
 
 
 def is_int(value) -> bool:
     """True for an ``int`` that is not a ``bool``."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def shape_of(value):
+    """What an error message says was given: a tensor's shape as a tuple, else the type's name."""
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
 
 
 def check_int(value, name: str, *, at_least: int | None = None, at_most: int | None = None,
@@ -55,6 +63,16 @@ def check_fraction(value, name: str, *, open_low: bool = False, open_high: bool 
         low, high = "(" if open_low else "[", ")" if open_high else "]"
         raise ValueError(f"{name} must be a number in {low}0, 1{high}, got {value!r}.")
     return float(value)
+
+
+def check_heads(d_model: int, n_heads: int) -> None:
+    """``n_heads`` must divide ``d_model``: every head gets d_k = d_model / n_heads dimensions."""
+    if not (is_int(d_model) and is_int(n_heads) and n_heads >= 1 and d_model % n_heads == 0):
+        raise ValueError(
+            f"n_heads must divide d_model so that every head gets d_k = d_model / n_heads "
+            f"dimensions; got d_model={d_model!r}, n_heads={n_heads!r}. "
+            f"Pick n_heads from the divisors of d_model."
+        )
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

@@ -49,6 +49,25 @@ def test_every_hidden_state_and_attention_equals_the_reference(
     assert torch.allclose(ours.pooler_output, ref.pooler_output, atol=1e-5)
 
 
+@pytest.mark.parametrize("padded", [True, False])
+def test_the_fused_attention_path_equals_the_reference_too(
+    minilm, reference_bert, padded_batch, padded
+):
+    """Without weights asked for, every layer runs torch's fused SDPA: still within 1e-5."""
+    _, model = minilm
+    batch = padded_batch if padded else {key: t[:1] for key, t in padded_batch.items()}
+    if not padded:  # the first sentence alone, its padding cut off: no mask at all
+        n = int(batch["attention_mask"].sum())
+        batch = {key: t[:, :n] for key, t in batch.items()}
+    with torch.no_grad():
+        ours = model(**batch)
+        ref = reference_bert(**batch, output_hidden_states=True)
+    real = batch["attention_mask"].bool()  # (b, n)
+    for layer, (h, h_ref) in enumerate(zip(ours.hidden_states, ref.hidden_states)):
+        diff = (h - h_ref)[real].abs().max().item()
+        assert diff <= 1e-5, f"hidden state {layer} differs by {diff:.2e}"
+
+
 def test_real_token_outputs_do_not_depend_on_padding(minilm):
     tokenizer, model = minilm
     alone = tokenizer([SENTENCES[3]], return_tensors="pt")

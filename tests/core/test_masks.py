@@ -129,7 +129,7 @@ def test_cross_mask_is_a_rectangle_hiding_padded_sources(n_q, n_kv, data):
 
 
 def test_new_mask_builders_reject_bad_arguments():
-    with pytest.raises(ValueError, match=r"prefix_len must be an int in \[0, n=4\]"):
+    with pytest.raises(ValueError, match=r"prefix_len must be an int from 0 to 4 \(n=4"):
         masks.prefix_lm(4, 5)
     with pytest.raises(ValueError, match="window must be a non-negative int"):
         masks.sliding_window(4, -1)

@@ -97,6 +97,13 @@ def test_main_prints_the_table(capsys):
     assert "tiled attention by mask" in out and "sliding window" in out
 
 
+def test_encoder_rows_time_an_unpadded_and_a_padded_batch():
+    timings = bench.bench_encoder_vs_reference(batch=2, n=16, pad_from=12, repeats=1)
+    assert list(timings) == ["unpadded", "padded"]
+    for t in timings.values():
+        assert (t.name_a, t.name_b) == ("encoderlab", "transformers") and t.ratio > 0
+
+
 # --- The GPU rows: plumbing that runs without a GPU (the timings themselves need one) ---
 
 

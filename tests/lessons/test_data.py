@@ -20,7 +20,8 @@ from encoderlab.data import (
     without_shared_spans,
     word_spans,
 )
-from encoderlab.lessons import l07_finetune as finetune
+from encoderlab.lessons import l07_tasks as tasks
+from encoderlab.lessons import l08_contrastive as contrastive
 from encoderlab.lessons import l08_retrieval as retrieval
 
 # What the lessons' trained artefacts were made from (CPython 3.11's documentation): the same
@@ -82,8 +83,8 @@ def test_frozen_text_is_what_the_artefacts_were_trained_on():
     assert corpus.fingerprint == CORPUS_FINGERPRINT
     assert len(python_docs_sentences()) == 3489
     assert retrieval.topic_documents().fingerprint == DOCUMENTS_FINGERPRINT
-    assert [len(s) for s in finetune.topic_sentences().values()] == [1017, 387, 473, 576]
-    assert len(retrieval.docstring_pairs()) == 678
+    assert [len(s) for s in tasks.topic_sentences().values()] == [1017, 387, 473, 576]
+    assert len(contrastive.docstring_pairs()) == 678
     sources = python_docs_sources()
     assert len(sources) == 3489 and sources.count("language reference") == 1017
     assert set(sources) <= {"language reference", *data_module.DOC_MODULES}
@@ -100,8 +101,8 @@ def test_loaders_never_read_the_running_pythons_documentation(monkeypatch):
     monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)  # importing it now fails
     assert python_docs_corpus().fingerprint == CORPUS_FINGERPRINT
     assert retrieval.topic_documents().fingerprint == DOCUMENTS_FINGERPRINT
-    assert len(retrieval.docstring_pairs()) == 678
-    assert finetune.topic_task().test_texts
+    assert len(contrastive.docstring_pairs()) == 678
+    assert tasks.topic_task().test_texts
 
 
 def test_a_changed_or_missing_frozen_file_is_refused(tmp_path, monkeypatch):
@@ -158,7 +159,7 @@ def test_word_spans_and_without_shared_spans():
         without_shared_spans("one string", train)
     with pytest.raises(ValueError, match="strings or tuples of strings"):
         without_shared_spans([3], train)
-    with pytest.raises(ValueError, match="n must be an int >= 1"):
+    with pytest.raises(ValueError, match="n must be a positive int"):
         word_spans("a b", n=0)
 
 
@@ -170,12 +171,12 @@ def _shared(held_texts, train_texts, n=8):
 def test_no_held_out_split_shares_8_words_with_its_training_set(minilm):
     corpus = python_docs_corpus()
     assert _shared(corpus.held_out, corpus.train) == []
-    task = finetune.topic_task()
+    task = tasks.topic_task()
     assert _shared(task.test_texts, task.train_texts) == []
     assert [int((task.test_labels == k).sum()) for k in range(4)] == [50, 50, 50, 50]
     assert not set(task.test_texts) & set(task.train_texts)
-    pairs = retrieval.docstring_pairs()
-    every = retrieval.CONTRASTIVE["held_out_every"]
+    pairs = contrastive.docstring_pairs()
+    every = contrastive.CONTRASTIVE["held_out_every"]
     train = [p for i, p in enumerate(pairs) if i % every != every - 1]
     held = without_shared_spans(pairs[every - 1::every], train)
     assert len(held) == 51 and _shared([t for p in held for t in p],
@@ -183,7 +184,7 @@ def test_no_held_out_split_shares_8_words_with_its_training_set(minilm):
     # the library's own split applies the rule (on the first 100 pairs: a short frozen pass)
     tokenizer, model = minilm
     some = pairs[: 10 * every]
-    data = retrieval.contrastive_data(tokenizer, model, pairs=some, held_out_every=every)
+    data = contrastive.contrastive_data(tokenizer, model, pairs=some, held_out_every=every)
     some_train = [t for i, p in enumerate(some) if i % every != every - 1 for t in p]
     assert data.train_pairs == len(some) - 10
     assert _shared([t for p in data.held_out for t in p], some_train) == []
@@ -336,3 +337,16 @@ def test_every_committed_artefact_is_small_loads_and_names_its_command():
         assert tensors, path.name
         assert metadata["name"] == path.stem and path.stem in known, path.name
         assert metadata["command"].startswith(f"python -m encoderlab train {path.stem}")
+
+
+def test_trim_padding_drops_all_padding_columns_only():
+    from encoderlab.data import trim_padding
+
+    ids = torch.tensor([[2, 7, 3, 0, 0], [2, 3, 0, 0, 0]])
+    mask = (ids != 0).long()
+    t_ids, t_mask = trim_padding(ids, mask)
+    assert t_ids.tolist() == [[2, 7, 3], [2, 3, 0]] and t_mask.shape == (2, 3)
+    hidden, _ = trim_padding(torch.randn(2, 5, 4), mask)  # token vectors (b, n, d) too
+    assert hidden.shape == (2, 3, 4)
+    with pytest.raises(ValueError, match="must share"):
+        trim_padding(ids, mask[:, :3])

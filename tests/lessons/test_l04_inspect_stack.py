@@ -60,7 +60,7 @@ def test_bert_base_is_the_well_known_110m():
 def test_part_of_names_every_parameter_and_refuses_others():
     model = EncoderModel(tiny(norm="pre"))
     assert {ins.part_of(name) for name, _ in model.named_parameters()} == set(ins.PARTS)
-    assert ins.part_of("blocks.1.mlp.2.bias") == "MLP"
+    assert ins.part_of("blocks.1.mlp.w_2.bias") == "MLP"
     with pytest.raises(ValueError, match=r"not a parameter name of encoderlab's EncoderModel"):
         ins.part_of("encoder.layer.0.attention.self.query.weight")
 
@@ -277,8 +277,8 @@ def test_layer_to_layer_similarity():
 def test_initialise_schemes():
     torch.manual_seed(0)
     model = ins.initialise(EncoderModel(tiny()), "xavier")
-    w = model.blocks[0].mlp[0].weight  # (64, 32)
-    assert w.abs().max() <= math.sqrt(6 / (32 + 64)) and model.blocks[0].mlp[0].bias.eq(0).all()
+    w = model.blocks[0].mlp.w_1.weight  # (64, 32)
+    assert w.abs().max() <= math.sqrt(6 / (32 + 64)) and model.blocks[0].mlp.w_1.bias.eq(0).all()
     torch.manual_seed(0)
     model = ins.initialise(EncoderModel(tiny(d_model=256)), "bert")
     assert abs(model.blocks[0].attention.w_q.weight.std().item() - 0.02) < 1e-3
@@ -305,14 +305,14 @@ def test_gradient_norms_of_one_named_parameter():
     model = EncoderModel(tiny(n_layers=3))
     ids = torch.randint(0, 50, (2, 6))
     loss = model(ids).last_hidden_state.pow(3).mean()
-    norms = ins.gradient_norms_by_layer(model, loss, parameter="mlp.2.weight")
+    norms = ins.gradient_norms_by_layer(model, loss, parameter="mlp.w_2.weight")
     everything = ins.gradient_norms_by_layer(model, loss)
     loss.backward()
     for norm, total, block in zip(norms, everything, model.blocks):
-        assert math.isclose(norm, block.mlp[2].weight.grad.norm().item(), rel_tol=1e-5)
+        assert math.isclose(norm, block.mlp.w_2.weight.grad.norm().item(), rel_tol=1e-5)
         assert norm < total  # one matrix is part of the whole block
     with pytest.raises(ValueError, match="parameter must name one parameter of a block"):
-        ins.gradient_norms_by_layer(model, model(ids).last_hidden_state.mean(), "mlp.9.weight")
+        ins.gradient_norms_by_layer(model, model(ids).last_hidden_state.mean(), "mlp.w_9.weight")
 
 
 def test_gradient_norms_of_a_tiny_lm():

@@ -1,23 +1,19 @@
-"""Lesson 6: pretraining recipes (lessons.l06_pretraining), its checkers and its figures."""
+"""Lesson 6: sentence pairs, masking schedules, ELECTRA, signal and compute, the probe and the
+recipes (whole-word and span masking, RTD labels and losses: tests/core/test_objectives.py)."""
 
 import math
 
-import matplotlib
+import pytest
+import torch
+from torch.nn import functional as F
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
-
-from encoderlab import data  # noqa: E402
-from encoderlab.course import checks, plotting  # noqa: E402
-from encoderlab.course.train import artefact_path, load_artefact, main  # noqa: E402
-from encoderlab.encoder import EncoderConfig  # noqa: E402
-from encoderlab.heads import TinyLM  # noqa: E402
-from encoderlab.lessons import l06_pretraining as P  # noqa: E402
-from encoderlab.objectives import IGNORE_INDEX, mlm_loss  # noqa: E402
+from encoderlab import data, objectives
+from encoderlab.course.train import artefact_path, load_artefact, main
+from encoderlab.encoder import EncoderConfig
+from encoderlab.heads import TinyLM
+from encoderlab.lessons import l06_comparison as C
+from encoderlab.lessons import l06_pretraining as P
+from encoderlab.objectives import IGNORE_INDEX
 
 SENTENCES = [f"Sentence number {i} talks about topic {i // 3}." for i in range(40)]
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "list", "is", "over", "##flow",
@@ -153,124 +149,7 @@ def test_epoch_masks_errors(kwargs, words):
         P.distinct_masks([])
 
 
-# --- §3 Whole-word and span masking -----------------------------------------------------------
-
-
-def test_word_ids_join_continuation_pieces_and_skip_specials():
-    ids = torch.tensor([[2, 5, 8, 9, 10, 7, 11, 12, 10, 3, 0]])
-    words = P.word_ids(ids, (ids != 0).long(), TOKENS, SPECIAL)
-    assert words.tolist() == [[-1, 0, 1, 1, 1, 2, 3, 3, 3, -1, -1]]
-    with pytest.raises(ValueError, match="vocabulary as a list of strings"):
-        P.word_ids(ids, (ids != 0).long(), "tokens", SPECIAL)
-    with pytest.raises(ValueError, match=r"must lie in \[0, 16\)"):
-        P.word_ids(ids + 20, (ids != 0).long(), TOKENS, SPECIAL)
-
-
-def test_whole_word_mask_chooses_whole_words_at_rate_p_and_never_specials():
-    ids, am = random_batch(b=400, n=24)
-    g = torch.Generator().manual_seed(0)
-    inputs, labels = P.whole_word_mask(ids, am, TOKENS, SPECIAL, p=0.15, generator=g, mask_id=4)
-    chosen = labels != IGNORE_INDEX
-    words = P.word_ids(ids, am, TOKENS, SPECIAL)
-    for r in range(ids.shape[0]):  # every piece of a word has the same fate
-        for w in words[r].unique().tolist():
-            if w >= 0:
-                fate = chosen[r][words[r] == w]
-                assert bool(fate.all()) or not bool(fate.any())
-    assert not bool(chosen[torch.isin(ids, torch.tensor(SPECIAL))].any())
-    assert torch.equal(labels[chosen], ids[chosen])
-    rate = chosen.sum().item() / (words >= 0).sum().item()
-    assert 0.12 < rate < 0.18
-    masked = (inputs == 4) & chosen
-    assert 0.72 < masked.sum().item() / chosen.sum().item() < 0.88
-    g2 = torch.Generator().manual_seed(0)
-    again = P.whole_word_mask(ids, am, TOKENS, SPECIAL, p=0.15, generator=g2, mask_id=4)
-    assert torch.equal(again[0], inputs) and torch.equal(again[1], labels)
-    with pytest.raises(ValueError, match=r"p \(the fraction of words"):
-        P.whole_word_mask(ids, am, TOKENS, SPECIAL, p=0.0, mask_id=4)
-
-
-def test_span_lengths_follow_spanberts_clipped_geometric():
-    probs = P.span_length_distribution(0.2, 10)
-    assert probs.sum().item() == pytest.approx(1.0)
-    mean = (probs * torch.arange(1, 11)).sum().item()
-    assert mean == pytest.approx(3.8, abs=0.01)  # SpanBERT's quoted mean span length
-    with pytest.raises(ValueError, match="geometric_p must be in"):
-        P.span_length_distribution(0.0)
-    with pytest.raises(ValueError, match="max_span must be a positive int"):
-        P.span_length_distribution(0.2, 0)
-
-
-def test_span_mask_respects_the_budget_words_and_specials():
-    ids, am = random_batch(b=200, n=30, seed=1)
-    g = torch.Generator().manual_seed(0)
-    inputs, labels = P.span_mask(ids, am, TOKENS, SPECIAL, p=0.15, generator=g, mask_id=4)
-    chosen = labels != IGNORE_INDEX
-    words = P.word_ids(ids, am, TOKENS, SPECIAL)
-    for r in range(ids.shape[0]):
-        budget = max(1, round(0.15 * int((words[r] >= 0).sum())))
-        assert int(chosen[r].sum()) <= budget
-        if not bool(chosen[r].any()):  # nothing fits only if every word is over the budget
-            sizes = torch.bincount(words[r][words[r] >= 0])
-            assert int(sizes.min()) > budget
-        for w in words[r].unique().tolist():
-            if w >= 0:
-                fate = chosen[r][words[r] == w]
-                assert bool(fate.all()) or not bool(fate.any())
-    assert not bool(chosen[torch.isin(ids, torch.tensor(SPECIAL))].any())
-    assert not bool((inputs != ids)[~chosen].any())  # nothing outside the spans changes
-    rate = chosen.sum().item() / (words >= 0).sum().item()
-    assert 0.10 < rate <= 0.16
-    with pytest.raises(ValueError, match="mask_id must be an id below"):
-        P.span_mask(ids, am, TOKENS, SPECIAL, mask_id=99)
-
-
-# --- §4 Replaced-token detection --------------------------------------------------------------
-
-
-def test_replace_with_samples_changes_only_masked_positions():
-    ids, am = random_batch(b=8, n=12)
-    labels = torch.full_like(ids, IGNORE_INDEX)
-    labels[:, 2] = ids[:, 2]
-    logits = torch.zeros(8, 12, len(TOKENS))
-    logits[..., 7] = 50.0  # the generator is sure the token is "is"
-    out = P.replace_with_samples(ids, labels, logits, generator=torch.Generator().manual_seed(0))
-    assert (out[:, 2] == 7).all() and torch.equal(out[:, 3:], ids[:, 3:])
-    k_logits = logits[labels != IGNORE_INDEX]  # (k, V) form
-    assert torch.equal(P.replace_with_samples(ids, labels, k_logits), out)
-    with pytest.raises(ValueError, match="k = 8 masked positions"):
-        P.replace_with_samples(ids, labels, k_logits[:3])
-
-
-def test_rtd_labels_count_a_sampled_original_as_original_and_skip_padding():
-    ids = torch.tensor([[2, 5, 6, 7, 3, 0]])
-    corrupted = torch.tensor([[2, 5, 13, 7, 3, 0]])  # position 2 replaced; 3 sampled back
-    am = torch.tensor([[1, 1, 1, 1, 1, 0]])
-    assert P.rtd_labels(ids, corrupted, am).tolist() == [[0, 0, 1, 0, 0, IGNORE_INDEX]]
-    with pytest.raises(ValueError, match="must have one shape"):
-        P.rtd_labels(ids, corrupted[:, :3], am)
-
-
-def test_rtd_loss_is_bce_over_labelled_positions():
-    logits = torch.tensor([[2.0, -1.0, 0.5]])
-    labels = torch.tensor([[1, 0, IGNORE_INDEX]])
-    expected = F.binary_cross_entropy_with_logits(torch.tensor([2.0, -1.0]),
-                                                  torch.tensor([1.0, 0.0]))
-    assert P.rtd_loss(logits, labels).item() == pytest.approx(expected.item())
-    assert P.rtd_loss(logits, torch.full_like(labels, IGNORE_INDEX)).item() == 0.0
-    with pytest.raises(ValueError, match="one score per position"):
-        P.rtd_loss(logits[..., None], labels)
-
-
-def test_masked_positions_loss_equals_mlm_loss_on_all_logits():
-    torch.manual_seed(0)
-    model = TinyLM(TINY, causal=False).eval()
-    ids, am = random_batch(b=4, n=10)
-    labels = torch.full_like(ids, IGNORE_INDEX)
-    labels[:, [2, 4]] = ids[:, [2, 4]]
-    loss, logits = P.masked_positions_loss(model, ids, am, labels)
-    assert logits.shape == (8, len(TOKENS))
-    assert loss.item() == pytest.approx(mlm_loss(model(ids, am), labels).item(), rel=1e-5)
+# --- §4 ELECTRA: generator and discriminator ---------------------------------------------------
 
 
 def test_electra_losses_and_no_gradient_from_discriminator_to_generator():
@@ -367,16 +246,16 @@ def test_token_replaced_rate_counts_per_token_and_smooths_to_the_base_rate():
 
 
 def test_warmup_then_decay_rises_linearly_then_falls_to_zero():
-    factors = [P.warmup_then_decay(t, 10, 4) for t in range(10)]
+    factors = [C.warmup_then_decay(t, 10, 4) for t in range(10)]
     assert factors[:4] == [0.25, 0.5, 0.75, 1.0]
     assert factors[4] == 1.0 and factors[-1] == pytest.approx(1 / 6)
     assert all(a >= b for a, b in zip(factors[3:], factors[4:]))
-    assert P.warmup_then_decay(0, 5, 0) == 1.0
-    assert [P.warmup_then_decay(t, 10, 4, decay=False) for t in range(3, 10)] == [1.0] * 7
+    assert C.warmup_then_decay(0, 5, 0) == 1.0
+    assert [C.warmup_then_decay(t, 10, 4, decay=False) for t in range(3, 10)] == [1.0] * 7
     with pytest.raises(ValueError, match="warmup_steps"):
-        P.warmup_then_decay(0, 10, 10)
+        C.warmup_then_decay(0, 10, 10)
     with pytest.raises(ValueError, match="step must be"):
-        P.warmup_then_decay(10, 10, 2)
+        C.warmup_then_decay(10, 10, 2)
 
 
 def test_train_with_warmup_lowers_the_loss_and_follows_the_schedule():
@@ -392,12 +271,12 @@ def test_train_with_warmup_lowers_the_loss_and_follows_the_schedule():
     def loss_fn(m, batch):
         return F.mse_loss(m(batch[0]).squeeze(-1), batch[1])
 
-    history = P.train_with_warmup(model, batches(), loss_fn, steps=200, lr=0.05,
+    history = C.train_with_warmup(model, batches(), loss_fn, steps=200, lr=0.05,
                                   warmup_steps=20, progress=False)
     assert len(history) == 200 and history[-1] < 0.1 * history[0]
     assert not model.training
     with pytest.raises(ValueError, match="warmup_steps"):
-        P.train_with_warmup(model, batches(), loss_fn, steps=5, lr=0.1, warmup_steps=5,
+        C.train_with_warmup(model, batches(), loss_fn, steps=5, lr=0.1, warmup_steps=5,
                             progress=False)
 
 
@@ -412,7 +291,7 @@ def test_signal_fraction_mlm_about_p_rtd_all():
                             generator=torch.Generator().manual_seed(0), mask_id=4)
     ordinary = ((am == 1) & ~torch.isin(ids, torch.tensor(SPECIAL))).sum() / am.sum()
     assert P.signal_fraction(labels, am) == pytest.approx(0.15 * ordinary.item(), abs=0.01)
-    assert P.signal_fraction(P.rtd_labels(ids, ids, am), am) == 1.0
+    assert P.signal_fraction(objectives.rtd_labels(ids, ids, am), am) == 1.0
     with pytest.raises(ValueError, match="one shape"):
         P.signal_fraction(labels[:, :3], am)
 
@@ -442,39 +321,39 @@ def test_linear_probe_separates_separable_data_and_is_at_chance_on_noise():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(200, 5, generator=g)
     y = (x[:, 0] > 0).long()
-    assert P.linear_probe(x[:100], y[:100], x[100:], y[100:]) >= 0.97
+    assert C.linear_probe(x[:100], y[:100], x[100:], y[100:]) >= 0.97
     noise_y = torch.randint(2, (200,), generator=g)
-    assert P.linear_probe(x[:100], noise_y[:100], x[100:], noise_y[100:]) < 0.7
+    assert C.linear_probe(x[:100], noise_y[:100], x[100:], noise_y[100:]) < 0.7
     with pytest.raises(ValueError, match="one label per row"):
-        P.linear_probe(x, y[:5], x, y)
+        C.linear_probe(x, y[:5], x, y)
     with pytest.raises(ValueError, match="with one d"):
-        P.linear_probe(x, y, x[:, :2], y)
+        C.linear_probe(x, y, x[:, :2], y)
 
 
 def test_encoder_features_ignore_padding_and_check_inputs():
     torch.manual_seed(0)
     model = TinyLM(TINY, causal=False)
     ids, am = random_batch(b=5, n=16)
-    batch = P.encoder_features(model, ids, am, batch_size=2)
-    alone = torch.cat([P.encoder_features(model, ids[i:i + 1, : int(am[i].sum())],
+    batch = C.encoder_features(model, ids, am, batch_size=2)
+    alone = torch.cat([C.encoder_features(model, ids[i:i + 1, : int(am[i].sum())],
                                           am[i:i + 1, : int(am[i].sum())]) for i in range(5)])
     assert batch.shape == (5, TINY.d_model)
     assert torch.allclose(batch, alone, atol=1e-5)
     assert model.training  # left as it was found
     with pytest.raises(ValueError, match="encode"):
-        P.encoder_features(torch.nn.Linear(2, 2), ids, am)
+        C.encoder_features(torch.nn.Linear(2, 2), ids, am)
     with pytest.raises(ValueError, match=r"two \(N, n\) tensors"):
-        P.encoder_features(model, ids, am[:, :3])
+        C.encoder_features(model, ids, am[:, :3])
 
 
 def test_source_task_is_balanced_and_tests_on_held_out_sentences():
     corpus = data.python_docs_corpus()
-    task = P.source_task(corpus)
+    task = C.source_task(corpus)
     assert task.train_labels.float().mean().item() == 0.5
     assert task.test_labels.float().mean().item() == 0.5
     assert set(task.test_texts) <= set(corpus.held_out)
     assert set(task.train_texts) <= set(corpus.train)
-    reference = P.reference_sentences()
+    reference = C.reference_sentences()
     assert all((t in reference) == bool(y) for t, y in zip(task.test_texts, task.test_labels))
     assert "held out" in repr(task)
 
@@ -491,8 +370,18 @@ def test_recipe_runs_with_few_steps(name, tmp_path):
     with safe_open(str(out), framework="pt") as f:
         meta = f.metadata()
         assert f.get_tensor("loss").shape == (3,)
-        assert f.get_tensor("probe_steps").tolist() == [0, 1, 2, 3]
+        assert f.get_tensor("probe_steps").tolist() == []  # shorter than the first probe point
+        assert f.get_tensor("probe_accuracy").tolist() == []
     assert meta["steps"] == "3" and meta["corpus_fingerprint"]
+
+
+def test_a_run_shorter_than_the_first_probe_point_probes_nothing():
+    assert C.FIRST_PROBE == 375  # the committed MLM run (1,500 steps) probes every 375 steps
+    assert C.probe_steps(1500) == [0, 375, 750, 1125, 1500]
+    assert C.probe_steps(C.FIRST_PROBE) == [0, 94, 188, 281, 375]
+    assert C.probe_steps(C.FIRST_PROBE - 1) == [] and C.probe_steps(3) == []
+    with pytest.raises(ValueError, match="steps must be a positive int"):
+        C.probe_steps(0)
 
 
 @pytest.mark.parametrize("name", ["l6-mlm", "l6-rtd"])
@@ -504,16 +393,16 @@ def test_committed_artefact_loads_with_expected_keys(name):
         assert key in tensors
     assert meta["corpus_fingerprint"] == data.python_docs_corpus().fingerprint
     assert meta["command"] == f"python -m encoderlab train {name}"
-    model, tensors, meta = P.load_recipe_model(name)
+    model, tensors, meta = C.load_recipe_model(name)
     assert len(tensors["loss"]) == int(meta["steps"])
     if name == "l6-rtd":
         assert isinstance(model, P.Electra) and "discriminator_loss" in tensors
         assert meta["share_embeddings"] == "True" and model.share_embeddings
         shared = model.discriminator.encoder.embeddings.token
         assert model.generator.head.token_embedding is shared  # tied again after loading
-    assert int(meta["warmup_steps"]) == round(P.WARMUP_FRACTION * int(meta["steps"]))
+    assert int(meta["warmup_steps"]) == round(C.WARMUP_FRACTION * int(meta["steps"]))
     with pytest.raises(ValueError, match="name must be one of"):
-        P.load_recipe_model("l5-mlm")
+        C.load_recipe_model("l5-mlm")
 
 
 def test_equal_compute_plan_matches_the_committed_runs():
@@ -522,105 +411,11 @@ def test_equal_compute_plan_matches_the_committed_runs():
     mlm_flops, rtd_flops = int(mlm_meta["total_flops"]), int(rtd_meta["total_flops"])
     assert abs(rtd_flops / mlm_flops - 1) < 0.02  # equal compute, generator included
     # The plan (expected 15 % masked) is what the runs realised, to within a per cent.
-    planned = P.planned_flops("mlm", int(mlm_meta["steps"]))
+    planned = C.planned_flops("mlm", int(mlm_meta["steps"]))
     assert abs(planned / mlm_flops - 1) < 0.01
 
 
-# --- Checkers -----------------------------------------------------------------------------------
-
-
-def _ww_reference(ids, am, tokens, special, picked):
-    words = P.word_ids(ids, am, tokens, special)
-    return (words >= 0) & picked.gather(1, words.clamp(min=0))
-
-
-def test_check_whole_word_positions_accepts_the_reference(capsys):
-    assert checks.check_whole_word_positions(_ww_reference)
-    assert "correct on" in capsys.readouterr().out
-
-
-def _first_piece_only(ids, am, tokens, special, picked):
-    starts = torch.tensor([not t.startswith("##") for t in tokens])[ids]
-    return _ww_reference(ids, am, tokens, special, picked) & starts
-
-
-def _pieces_as_words(ids, am, tokens, special, picked):
-    ordinary = (am != 0) & ~torch.isin(ids, torch.tensor(special))
-    index = ordinary.long().cumsum(dim=1) - 1
-    return ordinary & picked.gather(1, index.clamp(min=0))
-
-
-def _with_specials(ids, am, tokens, special, picked):
-    return _ww_reference(ids, am, tokens, special, picked) | (ids == 2)
-
-
-@pytest.mark.parametrize(
-    "wrong, words",
-    [
-        (_first_piece_only, "only the first piece"),
-        (_pieces_as_words, "every piece as a word of its own"),
-        (_with_specials, "special tokens or padding"),
-        (lambda *a: _ww_reference(*a)[:, :-1], "shape"),
-    ],
-)
-def test_check_whole_word_positions_rejects_mistakes(wrong, words):
-    with pytest.raises(checks.CheckFailed, match=words):
-        checks.check_whole_word_positions(wrong)
-
-
-def _rtd(ids, mlm, samples, am):
-    corrupted = torch.where(mlm != IGNORE_INDEX, samples, ids)
-    return P.rtd_labels(ids, corrupted, am)
-
-
-def test_check_rtd_labels_accepts_the_reference(capsys):
-    assert checks.check_rtd_labels(_rtd)
-    assert "correct on" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "wrong, words",
-    [
-        (lambda ids, mlm, s, am: (mlm != IGNORE_INDEX).long().masked_fill(am == 0, -100),
-         "every masked position 'replaced'"),
-        (lambda ids, mlm, s, am: _rtd(ids, mlm, s, am).masked_fill(mlm == -100, -100),
-         "only the masked positions"),
-        (lambda ids, mlm, s, am: _rtd(ids, mlm, s, am).masked_fill(am == 0, 0), "padding"),
-        (lambda ids, mlm, s, am: P.rtd_labels(ids, s, am), "at every position"),
-        (lambda ids, mlm, s, am: _rtd(ids, mlm, s, am) == 1, "booleans"),
-    ],
-)
-def test_check_rtd_labels_rejects_mistakes(wrong, words):
-    with pytest.raises(checks.CheckFailed, match=words):
-        checks.check_rtd_labels(wrong)
-
-
-# --- Figures ------------------------------------------------------------------------------------
-
-
-def test_corruption_grid_draws_one_patch_per_token_and_checks_kinds():
-    ax = plotting.corruption_grid([["a", "b", "c"], ["a", "[MASK]"]],
-                                  [["plain", "plain", "plain"], ["plain", "mask"]],
-                                  row_labels=["original", "MLM"])
-    kinds = [p.get_gid() for p in ax.patches]
-    assert kinds.count("mask") == 1 and len(kinds) == 5
-    plt.close("all")
-    with pytest.raises(ValueError, match="unknown kinds"):
-        plotting.corruption_grid([["a"]], [["masked"]])
-    with pytest.raises(ValueError, match="one kind per token"):
-        plotting.corruption_grid([["a", "b"]], [["plain"]])
-
-
-def test_labelled_bars_and_metric_vs_compute():
-    ax = plotting.labelled_bars({"MLM": 0.15, "RTD": 1.0}, lines={"chance": 0.5}, fmt="{:.0%}")
-    assert len(ax.patches) == 2
-    ax = plotting.metric_vs_compute({"MLM encoder": ([0, 1], [0.7, 0.8])}, hlines={"x": 0.5})
-    assert len(ax.lines) == 2
-    plt.close("all")
-    with pytest.raises(ValueError, match="at least one value"):
-        plotting.labelled_bars({})
-    with pytest.raises(ValueError, match="at least one series"):
-        plotting.metric_vs_compute({})
+# --- §3 What a model predicts for a ## piece -----------------------------------------------------
 
 
 def test_continuation_accuracy_tests_every_continuation_piece():
@@ -643,41 +438,41 @@ def test_cross_validated_correct_predicts_each_example_once():
     y = torch.arange(200) % 2
     x = torch.randn(200, 4, generator=g)
     x[:, 0] += 3.0 * (2 * y - 1)  # separable on feature 0
-    correct = P.cross_validated_correct(x, y, folds=5)
+    correct = C.cross_validated_correct(x, y, folds=5)
     assert correct.shape == (200,) and correct.dtype == torch.bool
     assert correct.float().mean() > 0.95
-    noise = P.cross_validated_correct(torch.randn(200, 4, generator=g), y, folds=5)
+    noise = C.cross_validated_correct(torch.randn(200, 4, generator=g), y, folds=5)
     assert 0.3 < noise.float().mean() < 0.7
-    assert torch.equal(P.cross_validated_correct(x, y, folds=5), correct)  # deterministic
+    assert torch.equal(C.cross_validated_correct(x, y, folds=5), correct)  # deterministic
     with pytest.raises(ValueError, match="folds"):
-        P.cross_validated_correct(x, y, folds=1)
+        C.cross_validated_correct(x, y, folds=1)
     with pytest.raises(ValueError, match=r"\(N, d\)"):
-        P.cross_validated_correct(x[:, 0], y)
+        C.cross_validated_correct(x[:, 0], y)
 
 
 def test_mcnemar_counts_discordant_pairs_and_gives_the_binomial_p_value():
     a = torch.tensor([1, 1, 1, 0, 1, 0], dtype=torch.bool)
     b = torch.tensor([1, 0, 0, 0, 1, 1], dtype=torch.bool)
-    a_only, b_only, p = P.mcnemar(a, b)
+    a_only, b_only, p = C.mcnemar(a, b)
     assert (a_only, b_only) == (2, 1)
     assert p == pytest.approx(1.0)  # 2 * P(X <= 1), X ~ Bin(3, 1/2) = 2 * 4/8
-    _, _, p = P.mcnemar(torch.ones(20, dtype=torch.bool), torch.zeros(20, dtype=torch.bool))
+    _, _, p = C.mcnemar(torch.ones(20, dtype=torch.bool), torch.zeros(20, dtype=torch.bool))
     assert p == pytest.approx(2 / 2 ** 20)
-    assert P.mcnemar(a, a) == (0, 0, 1.0)
+    assert C.mcnemar(a, a) == (0, 0, 1.0)
     with pytest.raises(ValueError, match="same examples"):
-        P.mcnemar(a, b[:3])
+        C.mcnemar(a, b[:3])
 
 
 def test_word_order_task_shuffles_half_and_keeps_the_words():
     sentences = [f"word{i} and then more words here" for i in range(40)] + ["same same"]
-    texts, labels = P.word_order_task(sentences, seed=0)
+    texts, labels = C.word_order_task(sentences, seed=0)
     assert len(texts) == len(sentences) and labels.shape == (len(sentences),)
     for text, sentence, label in zip(texts, sentences, labels.tolist()):
         assert sorted(text.split()) == sorted(sentence.split())
         assert (text != sentence) == bool(label)
     assert abs(int(labels.sum()) - 20) <= 1
     with pytest.raises(ValueError):
-        P.word_order_task(["one"])
+        C.word_order_task(["one"])
 
 
 def test_sentence_bootstrap_of_identical_scores_is_zero_and_detects_a_better_score():
@@ -686,15 +481,15 @@ def test_sentence_bootstrap_of_identical_scores_is_zero_and_detects_a_better_sco
     groups = torch.arange(600) // 20  # 30 sentences of 20 positions
     good = (0.2 + 0.6 * y + 0.1 * torch.rand(600, generator=g)).double()
     noise = torch.rand(600, generator=g).double()
-    same = P.sentence_bootstrap(noise, noise, y, groups, resamples=20)
+    same = C.sentence_bootstrap(noise, noise, y, groups, resamples=20)
     assert torch.equal(same["auc"], torch.zeros(20, dtype=torch.float64))
-    diff = P.sentence_bootstrap(good, noise, y, groups, resamples=50)
+    diff = C.sentence_bootstrap(good, noise, y, groups, resamples=50)
     assert (diff["auc"] > 0.3).all() and (diff["bce"] < 0).all()
     with pytest.raises(ValueError, match="one length"):
-        P.sentence_bootstrap(good, noise[:5], y, groups)
+        C.sentence_bootstrap(good, noise[:5], y, groups)
 
 
 def test_untrained_encoder_is_the_step_zero_model():
-    _, vocab = P.corpus_and_vocab()
-    a, b = P.untrained_encoder(vocab), P.untrained_encoder(vocab)
+    _, vocab = C.corpus_and_vocab()
+    a, b = C.untrained_encoder(vocab), C.untrained_encoder(vocab)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

@@ -1,31 +1,15 @@
-"""Lesson 7: the fine-tuning heads, metrics, tasks, recipes, figures and checkers."""
+"""Lesson 7: freezing, reading a span, metrics, the three tasks, probes and the recipes (the heads
+themselves: tests/core/test_heads.py)."""
 
 from __future__ import annotations
 
-import matplotlib
+import pytest
+import torch
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-
-from encoderlab.course import plotting  # noqa: E402
-from encoderlab.course.checks import (  # noqa: E402
-    CheckFailed,
-    check_best_span,
-    check_bio_to_spans,
-    check_entity_f1,
-)
-from encoderlab.encoder import EncoderConfig, EncoderModel  # noqa: E402
-from encoderlab.lessons import l07_finetune as ft  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
+from encoderlab import heads
+from encoderlab.encoder import EncoderConfig, EncoderModel
+from encoderlab.lessons import l07_finetune as ft
+from encoderlab.lessons import l07_tasks as tasks
 
 
 def tiny_encoder(pooler: bool = True) -> EncoderModel:
@@ -38,56 +22,14 @@ def tiny_encoder(pooler: bool = True) -> EncoderModel:
 # --- Heads ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pooling", ft.SEQUENCE_POOLINGS)
-def test_sequence_classifier_shapes_and_pooling(pooling):
-    model = ft.SequenceClassifier(tiny_encoder(), 3, pooling=pooling).eval()
-    ids = torch.randint(5, 50, (4, 7))
-    mask = torch.ones_like(ids)
-    mask[1, 5:] = 0
-    logits = model(ids, mask)
-    assert logits.shape == (4, 3)
-    out = model.encoder(ids, attention_mask=mask)
-    expected = {"cls": out.last_hidden_state[:, 0], "pooler": out.pooler_output,
-                "mean": (out.last_hidden_state * mask[..., None]).sum(1) / mask.sum(1, True)}
-    assert torch.allclose(model.sequence_vector(out, mask), expected[pooling], atol=1e-6)
-    # padding changes nothing for the real sequence
-    alone = model(ids[1:2, :5], mask[1:2, :5])
-    assert torch.allclose(alone, logits[1:2], atol=1e-5)
-
-
-def test_sequence_classifier_errors():
-    with pytest.raises(ValueError, match="pooling must be one of"):
-        ft.SequenceClassifier(tiny_encoder(), 3, pooling="max")
-    with pytest.raises(ValueError, match="needs an encoder with BERT's pooler"):
-        ft.SequenceClassifier(tiny_encoder(pooler=False), 3, pooling="pooler")
-    with pytest.raises(ValueError, match="n_classes must be an int >= 2"):
-        ft.SequenceClassifier(tiny_encoder(), 1)
-    with pytest.raises(ValueError, match="n_tags must be an int >= 2"):
-        ft.TokenClassifier(tiny_encoder(), True)
-
-
 def test_token_classifier_and_freezing():
-    model = ft.TokenClassifier(tiny_encoder(), 7)
+    model = heads.TokenClassifier(tiny_encoder(), 7)
     ids = torch.randint(5, 50, (2, 6))
     assert model(ids).shape == (2, 6, 7)
     total = ft.count_trainable(model)
     ft.freeze(model.encoder)
     assert ft.count_trainable(model) == 16 * 7 + 7  # only the linear head
     assert ft.count_trainable(ft.unfreeze(model.encoder)) + 16 * 7 + 7 == total
-
-
-def test_span_extractor_masks_everything_but_the_context():
-    model = ft.SpanExtractor(tiny_encoder()).eval()
-    ids = torch.randint(5, 50, (2, 8))
-    context = torch.zeros(2, 8, dtype=torch.bool)
-    context[:, 3:7] = True
-    start, end = model(ids, context_mask=context)
-    assert start.shape == end.shape == (2, 8)
-    assert torch.isinf(start[~context]).all() and torch.isfinite(start[context]).all()
-    p = torch.softmax(start, dim=-1)
-    assert torch.allclose(p.sum(-1), torch.ones(2)) and (p[~context] == 0).all()
-    loss = ft.span_loss(start, end, torch.tensor([3, 4]), torch.tensor([5, 6]))
-    assert loss.dim() == 0 and torch.isfinite(loss)
 
 
 def brute_force_span(s, e, context, max_tokens):
@@ -197,33 +139,33 @@ def test_squad_metrics():
 
 
 def test_topic_task_is_balanced_deterministic_and_disjoint():
-    task = ft.topic_task(n_train=20, n_test=10)
+    task = tasks.topic_task(n_train=20, n_test=10)
     assert len(task.classes) == 4
     assert torch.bincount(task.train_labels).tolist() == [20] * 4
     assert torch.bincount(task.test_labels).tolist() == [10] * 4
     assert not set(task.train_texts) & set(task.test_texts)
-    again = ft.topic_task(n_train=20, n_test=10)
+    again = tasks.topic_task(n_train=20, n_test=10)
     assert again.train_texts == task.train_texts and torch.equal(again.test_labels,
                                                                  task.test_labels)
     with pytest.raises(ValueError, match="more than some classes have"):
-        ft.topic_task(n_train=5000)
+        tasks.topic_task(n_train=5000)
 
 
 def test_tagging_task_tags_are_well_formed_and_test_names_unseen():
-    task = ft.tagging_task(n_train=200, n_test=100)
+    task = tasks.tagging_task(n_train=200, n_test=100)
     for words, tags in zip(task.train_words + task.test_words, task.train_tags + task.test_tags):
-        assert len(words) == len(tags) and set(tags) <= set(ft.TAGS)
+        assert len(words) == len(tags) and set(tags) <= set(tasks.TAGS)
         assert all(not t.startswith("I-") or tags[i - 1][2:] == t[2:]
                    for i, t in enumerate(tags))  # every I- continues its own type
     train_people = {w for ws, ts in zip(task.train_words, task.train_tags)
-                    for w, t in zip(ws, ts) if t == "B-PER"} - set(ft.AMBIGUOUS_WORDS)
+                    for w, t in zip(ws, ts) if t == "B-PER"} - set(tasks.AMBIGUOUS_WORDS)
     test_people = {w for ws, ts in zip(task.test_words, task.test_tags)
-                   for w, t in zip(ws, ts) if t == "B-PER"} - set(ft.AMBIGUOUS_WORDS)
+                   for w, t in zip(ws, ts) if t == "B-PER"} - set(tasks.AMBIGUOUS_WORDS)
     assert test_people and not train_people & test_people
 
 
 def test_qa_task_answers_are_spans_of_the_context():
-    train, test = ft.qa_task(n_train=50, n_test=20)
+    train, test = tasks.qa_task(n_train=50, n_test=20)
     assert len(train) == 50 and len(test) == 20
     for ex in train + test:
         assert 0 <= ex.start <= ex.end < len(ex.context)
@@ -232,17 +174,17 @@ def test_qa_task_answers_are_spans_of_the_context():
 
 def test_encoders_of_the_tasks(minilm):
     tokenizer, _ = minilm
-    task = ft.tagging_task(n_train=5, n_test=5)
+    task = tasks.tagging_task(n_train=5, n_test=5)
     enc = ft.encode_tagged(tokenizer, task.train_words, task.train_tags)
     for k, tags in enumerate(task.train_tags):
         labels = enc["labels"][k][enc["first_piece"][k]]
-        assert [ft.TAGS[t] for t in labels.tolist()] == tags
-    one_hot = torch.nn.functional.one_hot(enc["labels"].clamp(min=0), len(ft.TAGS)).float()
+        assert [tasks.TAGS[t] for t in labels.tolist()] == tags
+    one_hot = torch.nn.functional.one_hot(enc["labels"].clamp(min=0), len(tasks.TAGS)).float()
     assert ft.word_tags(one_hot, enc["first_piece"]) == task.train_tags
     with pytest.raises(ValueError, match="more than max_length=4"):
         ft.encode_tagged(tokenizer, task.train_words, task.train_tags, max_length=4)
 
-    train, _ = ft.qa_task(n_train=8, n_test=1)
+    train, _ = tasks.qa_task(n_train=8, n_test=1)
     qa = ft.encode_qa(tokenizer, train)
     for k, ex in enumerate(train):
         assert qa["context_mask"][k, qa["starts"][k]] and qa["context_mask"][k, qa["ends"][k]]
@@ -260,6 +202,34 @@ def test_with_evaluations_records_a_curve_without_changing_the_batches():
     assert out == list(range(7))
     assert curve == [(0, 0.0), (3, 1.0), (6, 2.0)]
     assert model.training
+
+
+def test_train_probe_trains_on_one_thread_and_restores_the_thread_count():
+    settings = {"lr": 0.1, "batch_size": 4, "eval_every": 5}
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 3, generator=g)
+    y = (x[:, 0] > 0).long()
+    threads = torch.get_num_threads()
+    seen = []
+
+    def loss_fn(m, b):
+        seen.append(torch.get_num_threads())
+        return torch.nn.functional.cross_entropy(m(b[0]), b[1])
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(3, 2)
+    run = ft.train_probe(head, (x, y), loss_fn, lambda: float(len(seen)), steps=10,
+                         settings=settings)
+    assert set(seen) == {1} and torch.get_num_threads() == threads
+    assert run["steps"].tolist() == [0, 5, 10] and run["values"].tolist() == [0.0, 5.0, 10.0]
+    assert run["loss"].shape == (10,)
+
+    def fails(m, b):
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError, match="no"):
+        ft.train_probe(head, (x, y), fails, lambda: 0.0, steps=3, settings=settings)
+    assert torch.get_num_threads() == threads  # restored also after an error
 
 
 # --- Recipes ------------------------------------------------------------------------------------
@@ -282,116 +252,12 @@ def test_recipes_run_and_artefacts_load(name, keys, tmp_path):
     with safe_open(str(out), framework="pt") as f:
         assert keys <= set(f.keys())
         assert f.metadata()["steps"] == "2"
+        for key in keys:  # a run shorter than the first evaluation records its final one only
+            if key.endswith("curve_steps"):
+                assert f.get_tensor(key).tolist() == [2]
     tensors, metadata = load_artefact(name)
     assert keys <= set(tensors) and metadata["name"] == name
     assert metadata["command"] == f"python -m encoderlab train {name}"
-
-
-# --- Figures ------------------------------------------------------------------------------------
-
-
-def test_learning_curves_and_confusion_heatmap():
-    ax = plotting.learning_curves({"a": ([0, 10], [25, 50]), "b": ([0, 5, 10], [25, 30, 40])},
-                                  hlines={"chance": 25})
-    assert isinstance(ax, Axes) and len(ax.lines) == 3
-    with pytest.raises(ValueError, match="has 2 steps but 3 values"):
-        plotting.learning_curves({"a": ([0, 1], [1, 2, 3])})
-    ax = plotting.confusion_heatmap(torch.tensor([[3, 1], [0, 4]]), ["x", "y"])
-    assert [t.get_text() for t in ax.texts if t.get_gid() == "count"] == ["3", "1", "0", "4"]
-    with pytest.raises(ValueError, match="square"):
-        plotting.confusion_heatmap(torch.zeros(2, 3), ["x", "y"])
-
-
-def test_tag_grid_and_span_probabilities():
-    words = ["Ada", "Borg", "left", "Lima"]
-    ax = plotting.tag_grid(words, {"gold": ["B-PER", "I-PER", "O", "B-LOC"],
-                                   "predicted": ["B-PER", "O", "O", "B-LOC"]})
-    assert sum(p.get_gid() == "highlight" for p in ax.patches) == 1
-    assert sum(p.get_gid() == "begin" for p in ax.patches) == 4
-    with pytest.raises(ValueError, match="3 tags for 4 words"):
-        plotting.tag_grid(words, {"gold": ["O"] * 3})
-    p = torch.tensor([0.1, 0.7, 0.1, 0.1])
-    ax = plotting.span_probabilities(words, p, p.flip(0), gold=(1, 2), predicted=(1, 1))
-    assert len(ax.patches) >= 8
-    with pytest.raises(ValueError, match="one probability per token"):
-        plotting.span_probabilities(words, p[:3], p, gold=(0, 0))
-
-
-# --- Checkers -----------------------------------------------------------------------------------
-
-
-def test_check_bio_to_spans_accepts_the_reference_and_names_mistakes():
-    assert check_bio_to_spans(ft.bio_to_spans)
-
-    def exclusive_end(tags):
-        return [(k, s, e + 1) for k, s, e in ft.bio_to_spans(tags)]
-
-    def strict(tags):  # drops an I- that follows O
-        return [s for s in ft.bio_to_spans(tags) if tags[s[1]].startswith("B-")]
-
-    with pytest.raises(CheckFailed, match="end \\*inclusive\\*"):
-        check_bio_to_spans(exclusive_end)
-    with pytest.raises(CheckFailed, match="I-X that follows O"):
-        check_bio_to_spans(strict)
-    with pytest.raises(CheckFailed, match="list of \\(type, start, end\\) tuples"):
-        check_bio_to_spans(lambda tags: 3)
-
-
-def test_check_entity_f1_accepts_the_reference_and_names_mistakes():
-    assert check_entity_f1(lambda g, p: ft.entity_scores(g, p)["f1"])
-    assert check_entity_f1(ft.entity_scores)  # a dict with "f1" is accepted too
-
-    def untyped(gold, pred):  # compares (start, end) only
-        correct = n_gold = n_pred = 0
-        for g, p in zip(gold, pred):
-            g_spans = {span[1:] for span in ft.bio_to_spans(g)}
-            p_spans = {span[1:] for span in ft.bio_to_spans(p)}
-            correct, n_gold, n_pred = (correct + len(g_spans & p_spans), n_gold + len(g_spans),
-                                       n_pred + len(p_spans))
-        precision, recall = correct / max(n_pred, 1), correct / max(n_gold, 1)
-        return 2 * precision * recall / (precision + recall) if correct else 0.0
-
-    def per_sentence(gold, pred):
-        scores = [ft.entity_scores([g], [p]) for g, p in zip(gold, pred)]
-        scores = [s["f1"] for s in scores if s["n_gold"] or s["n_predicted"]]
-        return sum(scores) / len(scores)
-
-    with pytest.raises(CheckFailed, match="ignore the entity type"):
-        check_entity_f1(untyped)
-    with pytest.raises(CheckFailed, match="average an F1 per sentence"):
-        check_entity_f1(per_sentence)
-    with pytest.raises(CheckFailed, match="not a percentage"):
-        check_entity_f1(lambda g, p: 100 * ft.entity_scores(g, p)["f1"])
-
-    def token_accuracy(gold, pred):  # every tag compared, O included
-        pairs = [(a, b) for g, p in zip(gold, pred) for a, b in zip(g, p)]
-        return sum(a == b for a, b in pairs) / len(pairs)
-
-    with pytest.raises(CheckFailed, match="this is token accuracy"):
-        check_entity_f1(token_accuracy)
-    with pytest.raises(CheckFailed, match="count by hand"):  # a mistake with no name
-        check_entity_f1(lambda g, p: 0.5)
-
-
-def test_check_best_span_accepts_the_reference_and_names_mistakes():
-    def reference(s, e, context, max_tokens):
-        i, j, _ = ft.best_span(s[None], e[None], context[None], max_tokens)
-        return int(i), int(j)
-
-    def separately(s, e, context, max_tokens):
-        return (int(s.masked_fill(~context, -1e9).argmax()),
-                int(e.masked_fill(~context, -1e9).argmax()))
-
-    def anywhere(s, e, context, max_tokens):
-        return reference(s, e, torch.ones_like(context), max_tokens)
-
-    assert check_best_span(reference)
-    with pytest.raises(CheckFailed, match="best start and the best end separately"):
-        check_best_span(separately)
-    with pytest.raises(CheckFailed, match="outside the context"):
-        check_best_span(anywhere)
-    with pytest.raises(CheckFailed, match="return two ints"):
-        check_best_span(lambda s, e, c, m: 0)
 
 
 # --- Comparing two models on one test set; identifying a test set (Lesson 7, §3) ---------------
@@ -424,7 +290,7 @@ def test_texts_fingerprint():
 def test_committed_classify_artefacts_match_the_test_set():
     from encoderlab.course.train import load_artefact
 
-    task = ft.topic_task()
+    task = tasks.topic_task()
     for how in ("mean", "cls"):
         tensors, meta = load_artefact(f"l7-classify-{how}")
         assert meta["test_texts"] == ft.texts_fingerprint(task.test_texts)
@@ -449,9 +315,9 @@ def test_frozen_outputs_all_layers_match_one_pass_per_row():
 
 
 def test_tagging_templates_are_public_and_used():
-    assert len(ft.TAGGING_TEMPLATES) == 12
-    task = ft.tagging_task(n_train=60, n_test=20)
+    assert len(tasks.TAGGING_TEMPLATES) == 12
+    task = tasks.tagging_task(n_train=60, n_test=20)
     for words, tags in zip(task.train_words + task.test_words, task.train_tags + task.test_tags):
         shape = [w if t == "O" else "{" + t[2:] + "}" for w, t in zip(words, tags)
                  if not t.startswith("I-")]  # one slot per entity
-        assert " ".join(shape) in ft.TAGGING_TEMPLATES
+        assert " ".join(shape) in tasks.TAGGING_TEMPLATES

@@ -1,14 +1,11 @@
 """Lesson 9's additions: packing, rotary positions and the online-softmax checker."""
 
-import math
-from functools import partial
 
 import pytest
 import torch
 
 from encoderlab import masks, rotary
 from encoderlab.attention import scaled_dot_product_attention
-from encoderlab.course import checks
 from encoderlab.lessons import l09_packing as packing
 
 # --- packing -------------------------------------------------------------------------------------
@@ -114,163 +111,6 @@ def test_rotary_errors():
         rotary.apply_rotary(torch.zeros(3, 4), torch.zeros(3, 6), torch.arange(3))
 
 
-# --- the online-softmax checker ------------------------------------------------------------------
-
-
-def _reference_online(s, v, chunk_size):
-    m = torch.full((s.shape[0], 1), -math.inf)
-    l_sum = torch.zeros(s.shape[0], 1)
-    acc = torch.zeros(s.shape[0], v.shape[1])
-    for c in range(0, s.shape[1], chunk_size):
-        tile = s[:, c : c + chunk_size]
-        m_new = torch.maximum(m, tile.amax(dim=-1, keepdim=True))
-        p = torch.exp(tile - m_new)
-        alpha = torch.exp(m - m_new)
-        l_sum = l_sum * alpha + p.sum(dim=-1, keepdim=True)
-        acc = acc * alpha + p @ v[c : c + chunk_size]
-        m = m_new
-    return acc / l_sum
-
-
-def _learner(bug):
-    """The online softmax as a learner writes it, with one bug (None: no bug)."""
-
-    def online(s, v, chunk_size):
-        n_q, n_kv = s.shape
-        m = torch.full((n_q, 1), -math.inf)
-        l_sum, acc = torch.zeros(n_q, 1), torch.zeros(n_q, v.shape[1])
-        for c in range(0, n_kv, chunk_size):
-            tile = s[:, c : c + chunk_size]
-            if bug == "drop_last" and tile.shape[1] < chunk_size:
-                continue
-            m_new = torch.maximum(m, tile.amax(1, keepdim=True))
-            p, alpha = torch.exp(tile - m_new), torch.exp(m - m_new)
-            if bug == "chunk_max":
-                p, alpha = torch.exp(tile - tile.amax(1, keepdim=True)), torch.ones_like(m)
-            l_sum = l_sum * (1 if bug == "no_rescale_l" else alpha) + p.sum(1, keepdim=True)
-            acc = acc * (1 if bug == "no_rescale_acc" else alpha) + p @ v[c : c + chunk_size]
-            m = m_new
-        return acc if bug == "no_divide" else acc / l_sum
-
-    return online
-
-
-def test_check_online_softmax_accepts_the_reference(capsys):
-    assert checks.check_online_softmax(_reference_online)
-    assert "correct on 5 cases" in capsys.readouterr().out
-    assert checks.check_online_softmax(_learner(None))
-
-
-def _online_by_split(s, v, chunk_size):
-    """A correct answer that chunks with torch.split and converts s first."""
-    s = s.float()
-    m = s.new_full((s.shape[0], 1), -math.inf)
-    l_sum, acc = s.new_zeros(s.shape[0], 1), s.new_zeros(s.shape[0], v.shape[1])
-    for tile, v_tile in zip(s.split(chunk_size, dim=1), v.split(chunk_size), strict=True):
-        m_new = torch.maximum(m, tile.amax(dim=1, keepdim=True))
-        alpha = torch.exp(m - m_new)
-        p = torch.exp(tile - m_new)
-        l_sum, acc, m = l_sum * alpha + p.sum(1, keepdim=True), acc * alpha + p @ v_tile, m_new
-    return acc / l_sum
-
-
-def _online_row_by_row(s, v, chunk_size):
-    """A correct answer that takes one query row at a time, then chunks it."""
-    rows = []
-    for row in s:  # (n_kv,)
-        m, l_sum, acc = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(v.shape[1])
-        for c in range(0, len(row), chunk_size):
-            tile = row[c : c + chunk_size]
-            m_new = torch.maximum(m, tile.max())
-            alpha, p = torch.exp(m - m_new), torch.exp(tile - m_new)
-            l_sum, acc, m = l_sum * alpha + p.sum(), acc * alpha + p @ v[c : c + chunk_size], m_new
-        rows.append(acc / l_sum)
-    return torch.stack(rows)
-
-
-@pytest.mark.parametrize("answer", [_online_by_split, _online_row_by_row])
-def test_check_online_softmax_accepts_other_correct_ways_to_chunk(answer):
-    assert checks.check_online_softmax(answer)
-
-
-@pytest.mark.parametrize(
-    ("bug", "message"),
-    [
-        ("no_rescale_acc", "rescale the running denominator l but not the running numerator"),
-        ("no_rescale_l", "rescale the running numerator but not the running denominator l"),
-        ("chunk_max", "subtract each chunk's own max"),
-        ("no_divide", "without dividing it by the running denominator l"),
-        ("drop_last", "skips the last chunk when it is shorter"),
-    ],
-)
-def test_check_online_softmax_names_the_learners_mistake(bug, message):
-    with pytest.raises(checks.CheckFailed, match=message):
-        checks.check_online_softmax(_learner(bug))
-
-
-@pytest.mark.parametrize(
-    ("mistake", "message"),
-    [
-        ({"rescale": False}, "not rescaled when the max grows"),
-        ({"sign": -1.0}, "the wrong sign"),
-        ({"per_chunk": True}, "normalise each chunk on its own"),
-        ({"track_max": False}, "do not subtract a running max"),
-    ],
-)
-def test_check_online_softmax_names_the_mistake(mistake, message):
-    wrong = partial(checks._online_variant, **mistake)
-    with pytest.raises(checks.CheckFailed, match=message):
-        checks.check_online_softmax(wrong)
-
-
-def _global_max_first(s, v, chunk_size):
-    m = s.amax(dim=1, keepdim=True)  # the whole row's max, before any chunk: not online
-    l_sum, acc = torch.zeros(s.shape[0], 1), torch.zeros(s.shape[0], v.shape[1])
-    for c in range(0, s.shape[1], chunk_size):
-        p = torch.exp(s[:, c : c + chunk_size] - m)
-        l_sum, acc = l_sum + p.sum(1, keepdim=True), acc + p @ v[c : c + chunk_size]
-    return acc / l_sum
-
-
-@pytest.mark.parametrize(
-    ("answer", "read"),
-    [
-        (lambda s, v, c: torch.softmax(s, -1) @ v, "softmax on 8 key columns"),
-        (lambda s, v, c: s.float().softmax(dim=1) @ v, "softmax on 8 key columns"),
-        (lambda s, v, c: torch.softmax(s[:, :], -1) @ v, "softmax on 8 key columns"),
-        (lambda s, v, c: torch.softmax(s.T, 0).T @ v, "softmax on 8 key columns"),
-        (_global_max_first, "amax on 8 key columns"),
-    ],
-)
-def test_check_online_softmax_rejects_reading_the_whole_row(answer, read):
-    with pytest.raises(checks.CheckFailed, match=f"computed {read} at once"):
-        checks.check_online_softmax(answer)
-
-
-def test_check_online_softmax_reports_shape_and_errors():
-    with pytest.raises(checks.CheckFailed, match="expected \\(n_q, d_v\\)"):
-        checks.check_online_softmax(lambda s, v, c: _reference_online(s, v, c).T)
-    with pytest.raises(checks.CheckFailed, match="raised NotImplementedError"):
-        checks.check_online_softmax(lambda s, v, c: (_ for _ in ()).throw(NotImplementedError()))
-    with pytest.raises(checks.CheckFailed, match="differs from softmax"):
-        checks.check_online_softmax(lambda s, v, c: _reference_online(s, v, c) + 0.1)
-
-
-# --- the tile plot -------------------------------------------------------------------------------
-
-
-def test_tile_grid_outlines_the_computed_tiles():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from encoderlab.course import plotting
-
-    ax = plotting.tile_grid(masks.causal(64), 16, title="causal")
-    assert ax.get_title() == "causal\n10/16 tiles"
-    ax = plotting.tile_grid(masks.sliding_window(64, 8), 16)
-    assert ax.get_title() == "10/16 tiles"
-
-
 # --- packing: work counts, real lengths, position ids --------------------------------------------
 
 
@@ -332,30 +172,3 @@ def test_docstring_lengths_are_token_counts_of_the_frozen_docstrings():
     assert max(short) == 64 and all(s == min(n, 64) for s, n in zip(short, lengths, strict=True))
     with pytest.raises(ValueError, match="max_length must be an int >= 2"):
         packing.docstring_lengths(tokenizer, max_length=1)
-
-
-# --- the figures in the key's colours ------------------------------------------------------------
-
-
-def test_role_bars_and_role_lines_use_the_key_colours():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.colors import to_hex
-
-    from encoderlab.course import plotting
-
-    ax = plotting.role_bars(["a", "b"], {"count": ([1.0, 0.5], "reference"),
-                                         "time": ([1.1, 0.6], "library")})
-    faces = {to_hex(p.get_facecolor()) for p in ax.patches}
-    assert plotting.COLORS["library"].lower() in faces and "#ffffff" in faces
-    ax = plotting.role_lines([256, 512], {"w": {"values": [0.5, 0.25], "role": "highlight"},
-                                          "t": {"values": [1, 1], "role": "reference",
-                                                "style": "theory", "marker": None}})
-    w, t = ax.get_lines()
-    assert to_hex(w.get_color()) == plotting.COLORS["highlight"].lower()
-    assert t.get_linestyle() == ":" and t.get_marker() in (None, "None", "")
-    with pytest.raises(ValueError, match="one value per category"):
-        plotting.role_bars(["a"], {"x": ([1, 2], "library")})
-    with pytest.raises(ValueError, match="a role of the figure key"):
-        plotting.role_lines([1, 2], {"x": {"values": [1, 2], "role": "purple"}})

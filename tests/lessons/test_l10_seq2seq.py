@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from encoderlab.decoder import EncoderDecoderConfig
-from encoderlab.lessons.l10_seq2seq import BOS, EOS, PAD, ReversalTask, exact_match, sources_of
+from encoderlab.decoder import EncoderDecoderConfig, EncoderDecoderModel
+from encoderlab.lessons.l10_seq2seq import (
+    BOS,
+    EOS,
+    PAD,
+    ReversalTask,
+    counting_kv_projections,
+    exact_match,
+    kv_positions_per_step,
+    sources_of,
+)
 
 
 def test_batch_layout_reverses_and_pads():
@@ -98,3 +107,61 @@ def test_sample_excluding_says_when_too_few_strings_are_left():
         task.sample_excluding(2, torch.Generator(), {(3, 3), (3, 4), (4, 4)})
     with pytest.raises(ValueError, match="n must be a positive int"):
         task.sample_excluding(0, torch.Generator(), set())
+
+
+# --- §5: what the KV cache saves, counted by the lesson's hooks on W_K ---
+
+
+@pytest.fixture()
+def model():
+    torch.manual_seed(0)
+    return EncoderDecoderModel(EncoderDecoderConfig(vocab_size=20, n_max=32)).eval()
+
+
+def _sources():
+    """Three sources of 7, 5 and 3 symbols, padded to 7 positions."""
+    task = ReversalTask(n_symbols=17, min_len=3, max_len=7)  # vocabulary of 20, as the model's
+    batch = task.make_batch([torch.arange(3, 10), torch.arange(10, 15), torch.arange(15, 18)])
+    return batch.src_ids, batch.src_mask
+
+
+def test_cross_attention_keys_and_values_are_computed_once_per_source(model):
+    src, src_mask = _sources()
+    for use_cache in (True, False):
+        with counting_kv_projections(model) as counts:
+            out = model.generate(src, src_mask, max_new_tokens=9, use_cache=use_cache)
+        steps = out.ids.shape[1]
+        for self_count, cross_count in counts:
+            assert cross_count.calls == (1 if use_cache else steps)
+            assert self_count.calls == steps
+    with counting_kv_projections(model) as counts:
+        pass
+    model.generate(src, src_mask, max_new_tokens=3)  # after the with: no longer counted
+    assert all(c.calls == 0 for pair in counts for c in pair)
+
+
+def test_kv_positions_count_the_rows_projected(model):
+    src, src_mask = _sources()  # 3 sources of 7 positions (padding included)
+    with counting_kv_projections(model) as counts:
+        out = model.generate(src, src_mask, max_new_tokens=5, use_cache=False)
+    m = out.ids.shape[1]
+    for self_count, cross_count in counts:
+        assert cross_count.positions == 3 * 7 * m  # the whole batch, every step
+        assert self_count.positions == 3 * m * (m + 1) // 2
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_kv_positions_per_step_follow_the_formula(model, use_cache):
+    src = torch.tensor([[5, 6, 7, 8, 9]])  # one source of 5 tokens, no padding
+    steps = kv_positions_per_step(model, src, max_new_tokens=6, use_cache=use_cache)
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+    assert len(steps) == model.generate(src, max_new_tokens=6).ids.shape[1]
+    blocks = len(model.blocks)
+    for s in steps:
+        t = s["step"]
+        if use_cache:
+            assert s["self"] == [1] * blocks and s["cross"] == [5 if t == 1 else 0] * blocks
+        else:
+            assert s["self"] == [t] * blocks and s["cross"] == [5] * blocks
+    with pytest.raises(ValueError, match="must be an EncoderDecoderModel"):
+        kv_positions_per_step(torch.nn.Linear(2, 2), src)

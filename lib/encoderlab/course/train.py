@@ -13,11 +13,18 @@ AdamW and nothing else: no schedule, no gradient accumulation, no framework.
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import importlib
 import itertools
+import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import torch
 from torch import nn
+
+from encoderlab.validate import check_positive_int, shape_of
 
 try:  # a notebook progress bar needs ipywidgets; without it tqdm.auto would warn
     import ipywidgets  # noqa: F401
@@ -25,7 +32,8 @@ try:  # a notebook progress bar needs ipywidgets; without it tqdm.auto would war
 except ImportError:  # a plain text bar: terminals, test runs, kernels without ipywidgets
     from tqdm import tqdm
 
-__all__ = ["train", "RECIPE_MODULES", "recipes", "artefact_path", "load_artefact", "main"]
+__all__ = ["train", "RECIPE_MODULES", "recipes", "artefact_path", "load_artefact", "run_recipe",
+           "main"]
 
 
 def train(
@@ -51,8 +59,7 @@ def train(
     ``schedule(step)``, if given, multiplies ``lr`` at each step (Lesson 6's warm-up); without
     it the learning rate is constant.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}.")
+    check_positive_int(steps, "steps")
     if not callable(loss_fn):
         raise ValueError(
             "loss_fn must be a function loss_fn(model, batch) -> scalar loss tensor, "
@@ -79,7 +86,7 @@ def train(
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             raise ValueError(
                 "loss_fn(model, batch) must return a scalar tensor (a 0-d loss), got "
-                f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__}."
+                f"{shape_of(loss)}."
             )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -98,22 +105,17 @@ def train(
     return history
 
 
-# --- Trained artefacts (Lessons 5-8) ---
+# --- Trained artefacts (Lessons 5-8) ------------------------------------------------------------
 # A recipe is a function recipe(steps=None, progress=True) -> (tensors, metadata) defined in
 # one lesson module's RECIPES dict. The command runs it and saves the result under
-# encoderlab/artefacts/, where the notebooks (and Colab installs) find it.
-
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import importlib  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+# encoderlab/artefacts/, where the notebooks (and Colab installs) find it. The lesson modules
+# are imported by name when the command runs, never when this module is imported.
 
 RECIPE_MODULES = (
     "encoderlab.lessons.l05_mlm",  # Lesson 5
-    "encoderlab.lessons.l06_pretraining",  # Lesson 6
-    "encoderlab.lessons.l07_finetune",  # Lesson 7
-    "encoderlab.lessons.l08_retrieval",  # Lesson 8
+    "encoderlab.lessons.l06_comparison",  # Lesson 6
+    "encoderlab.lessons.l07_recipes",  # Lesson 7
+    "encoderlab.lessons.l08_contrastive",  # Lesson 8
 )
 ARTEFACTS = Path(__file__).parents[1] / "artefacts"  # encoderlab/artefacts
 MAX_ARTEFACT_BYTES = 5 * 1024 * 1024

@@ -1,19 +1,66 @@
 """Offline corpora and synthetic tasks, deterministic given a seed (Lessons 3, 5-10).
 
 Nothing here downloads anything: every data set is built from a seed, or read from the
-frozen corpora shipped in the package (``encoderlab/corpora/``: text from the documentation that
-CPython 3.11 ships, built once by ``python -m encoderlab data --build`` and checked by
-fingerprint on every read, so every Python version reads the same sentences).
+frozen corpora shipped in the package (``encoderlab/data/corpora/``: text from the
+documentation that CPython 3.11 ships, built once by ``python -m encoderlab data --build`` and
+checked by fingerprint on every read, so every Python version reads the same sentences).
+In the order of the file:
+
+- :class:`BigramLanguage`, a toy language whose best next-token loss is known (Lesson 3);
+- the real-text corpus: sentences of the documentation (:func:`python_docs_corpus`), its
+  compact vocabulary (:class:`CompactVocab`), shuffled batches and :func:`trim_padding`;
+- held-out splits that share no 8-word span with training (:func:`without_shared_spans`);
+- the frozen files (:func:`read_frozen`) and the command that checks or rebuilds them
+  (:func:`main`, ``python -m encoderlab data``).
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import importlib
+import inspect
+import json
 import math
+import re
+import sys
+import warnings
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-__all__ = ["BigramLanguage"]
+from encoderlab.validate import check_int, check_positive_int
+
+__all__ = [
+    "BigramLanguage",
+    "DOC_MODULES",
+    "TOPIC_SOURCES",
+    "module_docstrings",
+    "sentences_of",
+    "python_docs_sentences",
+    "python_docs_sources",
+    "SPAN_WORDS",
+    "word_spans",
+    "without_shared_spans",
+    "CORPORA",
+    "BUILD_PYTHON",
+    "FROZEN",
+    "read_frozen",
+    "Corpus",
+    "python_docs_corpus",
+    "CompactVocab",
+    "shuffled_batches",
+    "trim_padding",
+    "build_frozen",
+    "main",
+]
+
+
+# --- A toy language with a known entropy (Lesson 3, §3) ------------------------------------------
+
 
 
 class BigramLanguage:
@@ -31,16 +78,8 @@ class BigramLanguage:
     """
 
     def __init__(self, vocab_size: int = 32, branching: int = 4, seed: int = 0):
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
-            raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}.")
-        if (
-            isinstance(branching, bool)
-            or not isinstance(branching, int)
-            or not 1 <= branching <= vocab_size
-        ):
-            raise ValueError(
-                f"branching must be an int from 1 to vocab_size={vocab_size}, got {branching!r}."
-            )
+        check_int(vocab_size, "vocab_size", at_least=2)
+        check_int(branching, "branching", at_least=1, at_most=vocab_size, what="up to vocab_size")
         self.vocab_size, self.branching, self.seed = vocab_size, branching, seed
         g = torch.Generator().manual_seed(seed)
         # successors[x] lists the tokens that may follow x: (V, branching), distinct in each row
@@ -84,42 +123,12 @@ class BigramLanguage:
         )
 
 
-# --- Lessons 5-8 ---
+# --- A real-text corpus (Lessons 5-8) -------------------------------------------------------------
 # A real-text corpus from the documentation that CPython ships: the language reference's topic
 # pages (what `help("if")` prints, in the standard library's pydoc_data) and the docstrings
 # of a fixed list of standard-library modules. The text differs between Python versions, so
 # the builders below ran once, on Python 3.11, and the lessons read their frozen output
-# (encoderlab/corpora/, see "Frozen corpora" further down). Nothing is downloaded.
-
-import gzip  # noqa: E402
-import hashlib  # noqa: E402
-import importlib  # noqa: E402
-import inspect  # noqa: E402
-import json  # noqa: E402
-import re  # noqa: E402
-import sys  # noqa: E402
-import warnings  # noqa: E402
-from collections import Counter  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-__all__ += [  # noqa: F405
-    "DOC_MODULES",
-    "module_docstrings",
-    "sentences_of",
-    "python_docs_sentences",
-    "python_docs_sources",
-    "SPAN_WORDS",
-    "word_spans",
-    "without_shared_spans",
-    "CORPORA",
-    "FROZEN",
-    "read_frozen",
-    "Corpus",
-    "python_docs_corpus",
-    "CompactVocab",
-    "shuffled_batches",
-]
+# (encoderlab/data/corpora/, see "Frozen corpora" further down). Nothing is downloaded.
 
 # Modules whose docstrings join the corpus; pure-Python modules with prose docstrings.
 DOC_MODULES = (
@@ -129,6 +138,16 @@ DOC_MODULES = (
     "random sched secrets shutil smtplib socket statistics string subprocess tarfile tempfile "
     "textwrap threading tkinter.ttk typing unittest.case urllib.parse uuid zipfile"
 ).split()
+
+# Lesson 7's topic task: the sentences of each class come from these parts of the documentation.
+TOPIC_SOURCES = {
+    "language reference": None,  # pydoc_data.topics: the language reference's pages
+    "numbers & dates": "decimal fractions statistics random secrets calendar datetime heapq uuid",
+    "files & formats": "pathlib shutil tarfile tempfile zipfile glob fnmatch csv json pickle "
+                       "configparser mailbox",
+    "networks & concurrency": "socket smtplib email.message urllib.parse ipaddress subprocess "
+                              "threading queue sched asyncio.events",
+}
 
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)][.!?])\s+(?=[A-Z])")
 
@@ -157,6 +176,13 @@ def _is_sentence(s: str) -> bool:
         return False
     plain = sum(w.strip(".,;:()'\"").isalpha() for w in words)
     return plain >= 0.8 * len(words)  # mostly words, not code or numbers
+
+
+def _is_prose(s: str) -> bool:
+    """A sentence of words: at least 4 words, starts with a capital or a quote, ends with '.:'."""
+    words = s.split()
+    starts = s[:1].isupper() or s.startswith('"')
+    return len(words) >= 4 and starts and s[-1:] in ".:!?"
 
 
 def module_docstrings(module_names) -> list[str]:
@@ -268,9 +294,7 @@ def python_docs_corpus(held_out_every: int = 10) -> Corpus:
     Dropping (rather than moving it into training) leaves the training sentences, and so the
     vocabulary and the trained artefacts, exactly as the plain split by position gives them.
     """
-    if isinstance(held_out_every, bool) or not isinstance(held_out_every, int) \
-            or held_out_every < 2:
-        raise ValueError(f"held_out_every must be an int >= 2, got {held_out_every!r}.")
+    check_int(held_out_every, "held_out_every", at_least=2)
     sentences = python_docs_sentences()
     fingerprint = hashlib.sha256("\n".join(sentences).encode()).hexdigest()[:16]
     held = [s for i, s in enumerate(sentences) if i % held_out_every == held_out_every - 1]
@@ -280,7 +304,7 @@ def python_docs_corpus(held_out_every: int = 10) -> Corpus:
                   dropped=len(held) - len(kept))
 
 
-# --- Held-out data that training has not seen (Lessons 5-8) ---
+# --- Held-out data that training has not seen (Lessons 5-8) --------------------------------------
 # Documentation repeats itself: a held-out sentence can copy a long run of words from a
 # training sentence, and then predicting it is recall, not generalisation. Every held-out split
 # of the course drops such items.
@@ -291,8 +315,7 @@ SPAN_WORDS = 8  # a held-out text may share no run of this many words with the t
 def word_spans(text: str, n: int = SPAN_WORDS) -> set[tuple[str, ...]]:
     """Every run of ``n`` consecutive words of ``text``, lower-cased (words = runs of letters,
     digits and ``_``; punctuation is ignored). A text of fewer than ``n`` words has none."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}.")
+    check_positive_int(n, "n")
     words = re.findall(r"\w+", text.lower())
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
@@ -334,8 +357,7 @@ class CompactVocab:
     def __init__(self, tokenizer, texts: list[str], min_count: int = 2):
         if isinstance(texts, str) or not texts:
             raise ValueError("texts must be a non-empty list of strings.")
-        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-            raise ValueError(f"min_count must be a positive int, got {min_count!r}.")
+        check_positive_int(min_count, "min_count")
         self.tokenizer = tokenizer
         counts = Counter(piece for text in texts for piece in tokenizer.tokenize(text))
         kept = sorted(
@@ -415,8 +437,7 @@ def shuffled_batches(*tensors: torch.Tensor, batch_size: int, seed: int = 0) -> 
         shapes = [tuple(t.shape) for t in tensors]
         raise ValueError(f"pass one or more tensors with the same number of rows, got {shapes}.")
     rows = tensors[0].shape[0]
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    check_positive_int(batch_size, "batch_size")
     batch_size = min(batch_size, rows)
     g = torch.Generator().manual_seed(seed)
     while True:
@@ -426,7 +447,25 @@ def shuffled_batches(*tensors: torch.Tensor, batch_size: int, seed: int = 0) -> 
             yield tuple(t[take] for t in tensors)
 
 
-# --- Frozen corpora (Lessons 5-8) ---
+
+def trim_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """Drop the columns that are padding in every row: (b, n, ...) -> (b, n', ...), n' = the
+    longest row (Lessons 5-8).
+
+    ``input_ids`` may be ids (b, n) or token vectors (b, n, d); ``attention_mask`` is (b, n).
+    Batches drawn from a corpus padded to its longest sentence are mostly padding; cutting it
+    changes no output for real tokens (Lesson 3, §5) and saves the arithmetic.
+    """
+    if attention_mask.dim() != 2 or tuple(input_ids.shape[:2]) != tuple(attention_mask.shape):
+        raise ValueError(
+            f"input_ids (b, n, ...) and attention_mask (b, n) must share (b, n), got "
+            f"{tuple(input_ids.shape)} and {tuple(attention_mask.shape)}."
+        )
+    n = max(int(attention_mask.sum(dim=1).max()), 1) if attention_mask.numel() else 1
+    return input_ids[:, :n], attention_mask[:, :n]
+
+
+# --- Frozen corpora (Lessons 5-8) ---------------------------------------------------------------
 # The lessons read these files, never the running Python's documentation: each is gzip'd JSON,
 # checked against its fingerprint (the first 16 hex digits of the sha256 of the uncompressed
 # bytes) on every read. `python -m encoderlab data --build` rebuilds them from the builders
@@ -473,8 +512,6 @@ def _build_topic_sentences() -> dict[str, list[str]]:
     """Lesson 7's topic task: each class's sentences, a sentence in two classes dropped."""
     from pydoc_data.topics import topics
 
-    from encoderlab.lessons.l07_finetune import TOPIC_SOURCES
-
     by_class = {}
     for name, modules in TOPIC_SOURCES.items():
         if modules is None:
@@ -489,8 +526,6 @@ def _build_topic_sentences() -> dict[str, list[str]]:
 def _build_topic_documents() -> dict[str, list[str]]:
     """Lesson 8's documents: each topic's prose sentences (those with any), topics sorted."""
     from pydoc_data.topics import topics
-
-    from encoderlab.lessons.l08_retrieval import _is_prose
 
     found = {}
     for name in sorted(topics):

@@ -22,7 +22,7 @@ installed: :func:`encoderlab.tiled.gpu_attention` checks for CUDA and Triton
 before it imports this module. With ``TRITON_INTERPRET=1`` set before this
 module is imported (and while the kernel runs), Triton's interpreter runs the
 same kernel on CPU tensors, slowly, with numpy: that is how the course tests it
-on machines without a GPU (``tests/test_tiled_triton.py``).
+on machines without a GPU (``tests/core/test_tiled_triton.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from encoderlab.masks import check_mask
 from encoderlab.tiled import PARTIAL, SKIP, classify_tiles
+from encoderlab.validate import is_int
 
 assert PARTIAL == 1  # the kernel compares a tile's state with the literal 1
 
@@ -162,7 +163,7 @@ def interpreted() -> bool:
 
 
 def _is_power_of_two(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x > 0 and x & (x - 1) == 0
+    return is_int(x) and x > 0 and x & (x - 1) == 0
 
 
 def _check_inputs(q, k, v, mask, block) -> None:

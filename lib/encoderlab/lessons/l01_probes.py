@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from encoderlab import masks
+from encoderlab.validate import is_int, shape_of
 
 __all__ = [
     "word_positions",
@@ -62,7 +63,7 @@ def word_positions(tokenizer, text: str, word: str, occurrence: int = 0) -> list
         if tokens[i:i + k] == pieces
         and not tokens[i + k].startswith("##")  # the match ends where a word ends
     ]
-    if isinstance(occurrence, bool) or not isinstance(occurrence, int) or occurrence < 0:
+    if not is_int(occurrence) or occurrence < 0:
         raise ValueError(f"occurrence must be an int >= 0 (0 = the first), got {occurrence!r}.")
     if not starts:
         raise ValueError(
@@ -84,7 +85,7 @@ def _check_layer(model, layer) -> None:
     be None for all of them."""
     n_states = model.config.n_layers + 1  # H^(0), ..., H^(L)
     if layer is not None and (
-        isinstance(layer, bool) or not isinstance(layer, int) or not -n_states <= layer < n_states
+        not is_int(layer) or not -n_states <= layer < n_states
     ):
         raise ValueError(
             f"layer must be an int from {-n_states} to {n_states - 1}, or None for all: this "
@@ -155,7 +156,7 @@ def cosine_similarity_matrix(x: torch.Tensor, y: torch.Tensor | None = None) -> 
     y = x if y is None else y
     for name, t in (("x", x), ("y", y)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            got = shape_of(t)
             raise ValueError(
                 f"{name} must be a 2-D tensor (m, d), one vector per row, got {got}. "
                 "Stack the vectors with torch.stack first."

@@ -22,9 +22,18 @@ import os
 from collections.abc import Sequence
 
 import torch
+from safetensors import safe_open
 from torch import nn
 
 from encoderlab.encoder import EncoderConfig
+from encoderlab.pretrained import (
+    CHECKED_BUFFERS,
+    WEIGHTS_FILE,
+    checkpoint_name_map,
+    config_from_json,
+    find_weights,
+)
+from encoderlab.validate import is_int, shape_of
 
 __all__ = [
     "PARTS",
@@ -63,7 +72,6 @@ PARTS = (
     "pooler",  # BERT's tanh layer on [CLS]
 )
 
-
 # --- Parameter count, part by part (Lesson 4, §5) ---------------------------------------------
 
 
@@ -100,7 +108,7 @@ def parameter_breakdown(config: EncoderConfig) -> dict[str, int]:
 def part_of(name: str) -> str:
     """The :data:`PARTS` entry a parameter of :class:`EncoderModel` belongs to (Lesson 4, §5).
 
-    ``name`` is a name from ``model.named_parameters()``, e.g. ``"blocks.3.mlp.0.weight"``.
+    ``name`` is a name from ``model.named_parameters()``, e.g. ``"blocks.3.mlp.w_1.weight"``.
     """
     pieces = name.split(".")
     if pieces[0] == "embeddings" and len(pieces) >= 2:
@@ -139,10 +147,6 @@ def model_breakdown(model: nn.Module) -> dict[str, int]:
 
 def _checkpoint_shapes(path) -> tuple[dict[str, tuple[int, ...]], EncoderConfig]:
     """Every tensor's shape in model.safetensors (read from its header, no data) and the config."""
-    from safetensors import safe_open
-
-    from encoderlab.pretrained import WEIGHTS_FILE, config_from_json, find_weights
-
     folder = find_weights(path)
     with safe_open(str(folder / WEIGHTS_FILE), "pt") as f:
         shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
@@ -156,8 +160,6 @@ def checkpoint_parameter_count(path: str | os.PathLike | None = None) -> int:
     ``pretrained.CHECKED_BUFFERS``) are left out. ``path`` is found as in
     :func:`encoderlab.pretrained.find_weights`.
     """
-    from encoderlab.pretrained import CHECKED_BUFFERS
-
     shapes, _ = _checkpoint_shapes(path)
     return sum(math.prod(shape) for name, shape in shapes.items() if name not in CHECKED_BUFFERS)
 
@@ -168,8 +170,6 @@ def checkpoint_breakdown(path: str | os.PathLike | None = None) -> dict[str, int
     Each checkpoint name goes through the loader's name map
     (:func:`encoderlab.pretrained.checkpoint_name_map`) to the library's name, then to its part.
     """
-    from encoderlab.pretrained import CHECKED_BUFFERS, checkpoint_name_map
-
     shapes, config = _checkpoint_shapes(path)
     name_map = checkpoint_name_map(config.n_layers)
     unknown = sorted(set(shapes) - set(name_map) - set(CHECKED_BUFFERS))
@@ -216,8 +216,7 @@ def _real_tokens(attention_mask, b: int, n: int, device) -> torch.Tensor:
     if attention_mask is None:
         return torch.ones(b, n, dtype=torch.bool, device=device)
     if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != (b, n):
-        got = (tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor)
-               else type(attention_mask).__name__)
+        got = shape_of(attention_mask)
         raise ValueError(
             f"attention_mask must be the tokenizer's (b, n) = {(b, n)} tensor of 1s (real "
             f"tokens) and 0s ([PAD]), got {got}."
@@ -253,7 +252,7 @@ def attention_to_tokens(
             f"input_ids must have shape (b, n) = {(b, n_kv)} to match the attentions "
             f"{tuple(a.shape[1:])}, got {got}."
         )
-    if isinstance(token_id, bool) or not isinstance(token_id, int):
+    if not is_int(token_id):
         raise ValueError(
             f"token_id must be one int id, e.g. tokenizer.cls_token_id, got {token_id!r}."
         )
@@ -316,7 +315,7 @@ def similarity_across_sequences(hidden_states, position: int = 0) -> torch.Tenso
     _, b, n, _ = hs.shape
     if b < 2:
         raise ValueError(f"comparing sequences needs a batch of at least 2, got b={b}.")
-    if isinstance(position, bool) or not isinstance(position, int) or not -n <= position < n:
+    if not is_int(position) or not -n <= position < n:
         raise ValueError(f"position must be an int in [0, {n}), got {position!r}.")
     x = torch.nn.functional.normalize(hs[:, :, position], dim=-1)  # (L + 1, b, d), unit rows
     sim = x @ x.transpose(-2, -1)  # (L + 1, b, b)
@@ -454,7 +453,7 @@ def gradient_norms_by_layer(
 
     Each entry is the Euclidean norm of the gradient of one block's parameters taken together
     (attention, MLP and both LayerNorms). ``parameter`` names one tensor inside each block
-    instead, e.g. ``"mlp.2.weight"``: the MLP's second matrix, the W^{2,l} whose gradient
+    instead, e.g. ``"mlp.w_2.weight"``: the MLP's second matrix, the W^{2,l} whose gradient
     Xiong et al. (2020) analyse. The gradients are computed with ``torch.autograd.grad``:
     nothing is stored in ``.grad``, and the graph is kept, so the same loss can still be
     back-propagated afterwards.
@@ -468,7 +467,7 @@ def gradient_norms_by_layer(
                 f"got {parameter!r}."
             )
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-        got = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        got = shape_of(loss)
         raise ValueError(f"loss must be a scalar tensor (0-d), got {got}; reduce it with .mean().")
     if loss.grad_fn is None:
         raise ValueError(
@@ -516,12 +515,12 @@ def value_contributions(
                 "model.blocks[0].attention."
             )
     if not isinstance(h, torch.Tensor) or h.dim() != 3:
-        got = tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
+        got = shape_of(h)
         raise ValueError(f"h must be the block's input, shape (b, n, d), got {got}.")
     b, n, d = h.shape
     heads, d_k = attention.n_heads, attention.d_k
     if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (b, heads, n, n):
-        got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+        got = shape_of(weights)
         raise ValueError(
             f"weights must be the attention weights for h, shape {(b, heads, n, n)}, got {got}: "
             "pass out.attentions[l] for the input out.hidden_states[l]."
@@ -545,7 +544,7 @@ def hide_keys(input_ids: torch.Tensor, token_id: int) -> torch.Tensor:
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         got = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else input_ids
         raise ValueError(f"input_ids must have shape (b, n), got {got}.")
-    if isinstance(token_id, bool) or not isinstance(token_id, int):
+    if not is_int(token_id):
         raise ValueError(
             f"token_id must be one int id, e.g. tokenizer.cls_token_id, got {token_id!r}."
         )
@@ -561,7 +560,7 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) 
     where ``attention_mask`` is 0, are left out of the mean.
     """
     if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3:
-        got = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+        got = shape_of(hidden)
         raise ValueError(f"hidden must have shape (b, n, d), got {got}.")
     b, n, _ = hidden.shape
     real = _real_tokens(attention_mask, b, n, hidden.device).to(hidden.dtype)  # (b, n)
@@ -601,7 +600,7 @@ def flops_per_layer(config: EncoderConfig, n: int) -> dict[str, int]:
         raise ValueError(
             f"flops_per_layer() needs an EncoderConfig, got {type(config).__name__}."
         )
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    if not is_int(n) or n < 1:
         raise ValueError(f"n must be a number of tokens, an int >= 1, got {n!r}.")
     d, f = config.d_model, config.d_ff
     return {

@@ -4,8 +4,9 @@ The objective itself lives in :mod:`encoderlab.objectives` (``mlm_corrupt`` and 
 This module holds what Lesson 5 builds on top of it:
 
 - :func:`corpus_data`: the Python-documentation corpus tokenized with a :class:`CompactVocab`;
-- :func:`tiny_config`, :func:`masked_lm_loss`, :func:`causal_lm_loss`, :func:`train_tiny_lm`:
-  the same small network trained as an encoder (MLM) or as a decoder (next token);
+- :func:`tiny_config`, :func:`train_tiny_lm`: the same small network trained as an encoder
+  (MLM, :func:`~encoderlab.objectives.mlm_model_loss` on a fresh corruption of every batch) or
+  as a decoder (:func:`~encoderlab.objectives.next_token_loss`);
 - :func:`held_out_loss`, :func:`train_selected`: training that evaluates the held-out
   validation loss every few steps and keeps the best checkpoint;
 - :data:`RECIPES` (``l5-mlm``, ``l5-causal``) for ``python -m encoderlab train NAME``, and
@@ -14,8 +15,6 @@ This module holds what Lesson 5 builds on top of it:
   hidden word, the encoder from the whole sentence, the decoder from the words on its left;
 - :func:`word_pairs`, :func:`fill_two`: two adjacent hidden words, filled independently from
   one pass or one at a time (why an MLM is a fill-in model, not a generator);
-- :func:`wilson_interval`, :func:`paired_difference_interval`, :func:`sign_test`: how sure a
-  comparison of two models on the same blanks is;
 - :func:`loss_positions`: how many positions per sequence carry a loss under each objective.
 
 Everything is deterministic given its seeds (and, for the trained artefacts, the thread count:
@@ -27,18 +26,25 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import torch
 
-from encoderlab.course.stats import sign_test  # re-exported: mlm.sign_test
 from encoderlab.course.train import load_artefact, train
-from encoderlab.data import CompactVocab, Corpus, python_docs_corpus, shuffled_batches
+from encoderlab.data import (
+    CompactVocab,
+    Corpus,
+    python_docs_corpus,
+    shuffled_batches,
+    trim_padding,
+)
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM
-from encoderlab.objectives import IGNORE_INDEX, mlm_corrupt, mlm_loss, next_token_loss
+from encoderlab.objectives import mlm_corrupt, mlm_model_loss, next_token_loss
+from encoderlab.pretrained import find_weights
+from encoderlab.tokenizer import WordPieceTokenizer
+from encoderlab.validate import check_int, check_positive_int
 
 __all__ = [
     "MAX_LENGTH",
@@ -50,9 +56,6 @@ __all__ = [
     "corpus_data",
     "vocab_from_tokens",
     "tiny_config",
-    "trim_padding",
-    "masked_lm_loss",
-    "causal_lm_loss",
     "train_tiny_lm",
     "held_out_halves",
     "held_out_loss",
@@ -67,11 +70,7 @@ __all__ = [
     "blank_accuracy",
     "word_pairs",
     "fill_two",
-    "wilson_interval",
-    "paired_difference_interval",
-    "sign_test",
     "loss_positions",
-    "masked_positions_loss",
     "smooth",
     "RECIPES",
 ]
@@ -144,9 +143,6 @@ def held_out_halves(sentences: list[str]) -> tuple[list[str], list[str]]:
 
 def load_tokenizer():
     """MiniLM's 30,522-piece WordPiece tokenizer, from the weights the course finds (Lesson 2)."""
-    from encoderlab.pretrained import find_weights
-    from encoderlab.tokenizer import WordPieceTokenizer
-
     return WordPieceTokenizer.from_vocab_file(find_weights() / "vocab.txt")
 
 
@@ -175,8 +171,7 @@ def corpus_data(vocab_tokens=None, max_length: int = MAX_LENGTH) -> CorpusData:
     position i, e.g. a trained artefact's) is given. The result is cached: calling again is free.
     Tensors are shared with the cache, so clone them before changing them in place.
     """
-    if not isinstance(max_length, int) or max_length < 3:
-        raise ValueError(f"max_length must be an int >= 3, got {max_length!r}.")
+    check_int(max_length, "max_length", at_least=3)
     tokens = None if vocab_tokens is None else tuple(vocab_tokens)
     return _cached_corpus_data(tokens, max_length)
 
@@ -195,68 +190,20 @@ def vocab_from_tokens(tokenizer, tokens: list[str]) -> CompactVocab:
 
 def tiny_config(vocab_size: int, **overrides) -> EncoderConfig:
     """The tiny encoder of Lesson 5: :data:`TINY_SIZES`, ``vocab_size`` outputs, 64 positions."""
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 6:
-        raise ValueError(
-            f"vocab_size must be an int >= 6 (five specials and one word), got {vocab_size!r}. "
-            "Pass vocab.size."
-        )
+    check_int(vocab_size, "vocab_size", at_least=6, what="five specials and one word",
+              hint="Pass vocab.size.")
     sizes = {**TINY_SIZES, "n_max": MAX_LENGTH, **overrides}
     return EncoderConfig(vocab_size=vocab_size, **sizes)
 
 
-def trim_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor):
-    """Drop the columns that are padding in every row: (b, n) -> (b, n') with n' = longest row.
-
-    Batches drawn from a corpus padded to its longest sentence are mostly padding; cutting it
-    changes no output for real tokens (Lesson 3, §5) and saves the arithmetic.
-    """
-    if attention_mask.shape != input_ids.shape or attention_mask.dim() != 2:
-        raise ValueError(
-            f"input_ids and attention_mask must be (b, n) tensors of one shape, got "
-            f"{tuple(input_ids.shape)} and {tuple(attention_mask.shape)}."
-        )
-    n = max(int(attention_mask.sum(dim=1).max()), 1) if attention_mask.numel() else 1
-    return input_ids[:, :n], attention_mask[:, :n]
-
-
-def masked_lm_loss(
-    model: TinyLM,
-    input_ids: torch.Tensor,  # (b, n)
-    attention_mask: torch.Tensor,  # (b, n)
-    vocab: CompactVocab,
-    generator: torch.Generator | None = None,
-    p: float = 0.15,
-) -> torch.Tensor:
-    """One MLM step's loss: corrupt (15 %, 80/10/10), encode, score the chosen positions (§2).
-
-    Equal to ``mlm_loss(model(inputs, attention_mask), labels)`` with ``(inputs, labels) =
-    mlm_corrupt(...)``, but the output layer is applied to the chosen positions only (about 15 %
-    of them): the other logits would be thrown away by the loss. A fresh corruption is drawn at
-    every call (dynamic masking) from ``generator``.
-    """
-    inputs, labels = mlm_corrupt(input_ids, attention_mask, vocab.special_ids, vocab.size, p=p,
+def _fresh_mlm_loss(model: TinyLM, input_ids, attention_mask, vocab: CompactVocab,
+                    generator: torch.Generator | None) -> torch.Tensor:
+    """One MLM step's loss (§2): a fresh corruption (15 %, 80/10/10) drawn from ``generator``
+    at every call (dynamic masking), scored by :func:`~encoderlab.objectives.mlm_model_loss`,
+    which applies the output layer at the chosen positions only."""
+    inputs, labels = mlm_corrupt(input_ids, attention_mask, vocab.special_ids, vocab.size,
                                  generator=generator, mask_id=vocab.mask_id)
-    return masked_positions_loss(model, inputs, attention_mask, labels)[0]
-
-
-def masked_positions_loss(model: TinyLM, inputs, attention_mask, labels):
-    """(loss, logits): the MLM loss of ``model`` with its head applied at the labelled positions
-    only, as BERT's implementation does (Lessons 5-6). ``logits`` is (k, V) for the k
-    labelled positions, in row-major order. The loss equals
-    ``mlm_loss(model(inputs, attention_mask), labels)`` without scoring the other positions."""
-    h = model.encode(inputs, attention_mask).last_hidden_state  # (b, n, d)
-    chosen = labels != IGNORE_INDEX  # (b, n)
-    logits = model.head(h[chosen])  # (k, V)
-    return mlm_loss(logits[None], labels[chosen][None]), logits
-
-
-def causal_lm_loss(
-    model: TinyLM,
-    input_ids: torch.Tensor,  # (b, n)
-    attention_mask: torch.Tensor,  # (b, n)
-) -> torch.Tensor:
-    """One next-token step's loss: every real position t predicts x_{t+1} (Lesson 5, §4)."""
-    return next_token_loss(model(input_ids, attention_mask), input_ids, attention_mask)
+    return mlm_model_loss(model, inputs, attention_mask, labels)[0]
 
 
 OBJECTIVES = ("mlm", "next-token")
@@ -273,9 +220,8 @@ def train_tiny_lm(
 ) -> tuple[TinyLM, list[float]]:
     """Train the tiny network on ``data`` with one objective; return (model, loss per step) (§2).
 
-    - ``"mlm"``: ``TinyLM(config, causal=False)``, :func:`masked_lm_loss` (a new corruption per
-      batch);
-    - ``"next-token"``: ``TinyLM(config, causal=True)``, :func:`causal_lm_loss`.
+    - ``"mlm"``: ``TinyLM(config, causal=False)``, the MLM loss on a new corruption per batch;
+    - ``"next-token"``: ``TinyLM(config, causal=True)``, the next-token loss.
 
     Both start from the same initial weights (``seed``) and see the same batches in the same
     order (:data:`TRAINING`: batch 32, AdamW at lr 1e-3, weight decay 0.01). ``sizes`` override
@@ -303,8 +249,8 @@ def _train(data, objective, steps, seed, progress, description, after, every, si
     def loss_fn(m, batch):
         ids, mask = trim_padding(*batch)  # (b, n') each
         if causal:
-            return causal_lm_loss(m, ids, mask)
-        return masked_lm_loss(m, ids, mask, data.vocab, generator=corruption)
+            return next_token_loss(m(ids, mask), ids, mask)
+        return _fresh_mlm_loss(m, ids, mask, data.vocab, corruption)
 
     history = train(model, batches, loss_fn, steps=steps, lr=TRAINING["lr"],
                     weight_decay=TRAINING["weight_decay"], seed=seed, progress=progress,
@@ -334,15 +280,15 @@ def held_out_loss(model: TinyLM, input_ids: torch.Tensor, attention_mask: torch.
     averaged over ``draws`` corruptions drawn from seeds ``seed``, ``seed + 1``, ... — the same
     corruptions at every call, so two checkpoints are compared on the same questions.
     """
-    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
-        raise ValueError(f"draws must be a positive int, got {draws!r}.")
+    check_positive_int(draws, "draws")
     was_training = model.training
     model.eval()
     if model.causal:
-        loss = causal_lm_loss(model, input_ids, attention_mask).item()
+        loss = next_token_loss(model(input_ids, attention_mask), input_ids,
+                               attention_mask).item()
     else:
-        loss = sum(masked_lm_loss(model, input_ids, attention_mask, vocab,
-                                  generator=torch.Generator().manual_seed(seed + s)).item()
+        loss = sum(_fresh_mlm_loss(model, input_ids, attention_mask, vocab,
+                                   torch.Generator().manual_seed(seed + s)).item()
                    for s in range(draws)) / draws
     model.train(was_training)
     return loss
@@ -378,8 +324,7 @@ def train_selected(
     returned, with the loss of every step and the :class:`Selection`. The training run itself
     is the same as :func:`train_tiny_lm`'s: measuring does not change it.
     """
-    if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1:
-        raise ValueError(f"eval_every must be a positive int, got {eval_every!r}.")
+    check_positive_int(eval_every, "eval_every")
     curve: list[tuple[int, float]] = []
     best: dict = {}
 
@@ -691,45 +636,6 @@ def fill_two(model: TinyLM, pairs: BlankSet, mask_id: int) -> tuple[torch.Tensor
     return independent, one_at_a_time
 
 
-# --- How sure is a comparison? -------------------------------------------------------------------
-
-
-def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval for a proportion ``hits / n`` (95 % for z = 1.96) (§5).
-
-    Unlike the normal approximation p ± z·sqrt(p(1-p)/n), it stays inside [0, 1] and behaves
-    at 0 or n hits (Wilson 1927).
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not 0 <= hits <= n:
-        raise ValueError(f"need 0 <= hits <= n and n >= 1, got hits={hits!r}, n={n!r}.")
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def paired_difference_interval(a: torch.Tensor, b: torch.Tensor, resamples: int = 10_000,
-                               level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """A bootstrap interval for mean(a) - mean(b), two models scored on the same items (§5).
-
-    ``a`` and ``b`` are (m,) bool hits on the same m blanks; the blanks are resampled with
-    replacement (seeded), keeping each blank's pair of outcomes together, and the interval
-    holds the central ``level`` of the resampled differences (the percentile method).
-    """
-    if a.shape != b.shape or a.dim() != 1 or len(a) < 1:
-        raise ValueError(f"a and b must be (m,) tensors of one shape, m >= 1; got "
-                         f"{tuple(a.shape)} and {tuple(b.shape)}.")
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}.")
-    g = torch.Generator().manual_seed(seed)
-    diff = a.float() - b.float()  # (m,): +1, 0 or -1 per blank
-    rows = torch.randint(len(diff), (resamples, len(diff)), generator=g)  # (R, m)
-    means = diff[rows].mean(dim=1).sort().values  # (R,)
-    low = means[int((1 - level) / 2 * (resamples - 1))].item()
-    high = means[int((1 + level) / 2 * (resamples - 1))].item()
-    return low, high
-
-
 # --- How many positions carry a loss ------------------------------------------------------------
 
 
@@ -760,8 +666,7 @@ def smooth(values, window: int = 50) -> list[float]:
 
     The first ``window - 1`` points average what exists so far, so the curve starts at step 0.
     """
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be a positive int, got {window!r}.")
+    check_positive_int(window, "window")
     x = torch.as_tensor(list(values), dtype=torch.float64)
     if x.numel() == 0:
         return []

@@ -1,88 +1,66 @@
-"""Fine-tuning: heads that classify, tag and extract; freezing; metrics; three tasks (Lesson 7).
+"""Fine-tuning: freezing, heads' decisions, metrics, encodings and training curves (Lesson 7).
 
-A pretrained encoder turns n tokens into n vectors. A task adds one small layer on top:
+A pretrained encoder turns n tokens into n vectors. A task adds one small layer on top, the
+heads of :mod:`encoderlab.heads`: :class:`~encoderlab.heads.SequenceClassifier` (one vector
+per sequence, §2-§3), :class:`~encoderlab.heads.TokenClassifier` (BIO tags, §4) and
+:class:`~encoderlab.heads.SpanExtractor` (answer spans, §5). The three tasks are in
+:mod:`encoderlab.lessons.l07_tasks`; the recorded fine-tuning runs in
+:mod:`encoderlab.lessons.l07_recipes`. This module holds the rest:
 
-* :class:`SequenceClassifier` — one vector per sequence ([CLS], BERT's pooler, or the mean of
-  the tokens) and a linear map to ``n_classes`` scores (§2);
-* :class:`TokenClassifier` — a linear map from every token vector to ``n_tags`` scores, read as
-  BIO tags (§4);
-* :class:`SpanExtractor` — two scores per token, "the answer starts here" and "ends here",
-  over the context of a question + context pair (§5).
-
-A *linear probe* trains only that layer on a frozen encoder (:func:`freeze`); *fine-tuning*
-trains the encoder and the layer together. The metrics are the ones papers report: accuracy and
-the confusion matrix, entity-level precision / recall / F1 over BIO tags (as CoNLL's conlleval
-and seqeval count them), and SQuAD's exact match and token F1. The three tasks are built offline
-and deterministically: :func:`topic_task` from the documentation shipped with Python,
-:func:`tagging_task` and :func:`qa_task` from templates and fixed word lists.
-
-The fine-tuning runs are too slow for a notebook on a 2-core CPU, so ``python -m encoderlab train
-NAME`` runs them (``l7-classify-mean``, ``l7-classify-cls``, ``l7-tag``, ``l7-extract``) and stores
-their *results* — learning curves, test-set predictions, a few examples' logits — never the 90 MB
-of fine-tuned weights.
+- :func:`freeze`: a *linear probe* trains only the head on a frozen encoder; *fine-tuning*
+  trains both (§3). :func:`frozen_outputs` runs the frozen encoder once, and
+  :func:`train_probe` trains a head on what it stored;
+- the metrics papers report: accuracy and the confusion matrix, entity-level precision /
+  recall / F1 over BIO tags (as CoNLL's conlleval and seqeval count them), and SQuAD's exact
+  match and token F1; :func:`best_span` reads an answer off the span head's scores;
+- encoding the tasks for MiniLM's tokenizer, and :func:`train_with_curve`, training with a
+  held-out learning curve.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 import string
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from encoderlab.course.stats import sign_test
-from encoderlab.heads import pool
+from encoderlab.course.train import tqdm, train
+from encoderlab.data import shuffled_batches
+from encoderlab.lessons.l07_tasks import TAGS, QAExample
+from encoderlab.objectives import IGNORE_INDEX
+from encoderlab.validate import check_positive_int
 
 __all__ = [
     "freeze",
     "unfreeze",
     "count_trainable",
-    "SEQUENCE_POOLINGS",
-    "SequenceClassifier",
-    "TokenClassifier",
-    "SpanExtractor",
-    "span_loss",
     "best_span",
     "accuracy",
+    "paired_sign_test",
     "confusion_matrix",
     "bio_to_spans",
     "entity_scores",
     "normalize_answer",
     "exact_match",
     "token_f1",
-    "ClassificationTask",
-    "topic_task",
-    "TOPIC_SOURCES",
-    "TaggingTask",
-    "TAGS",
-    "AMBIGUOUS_WORDS",
-    "tagging_task",
-    "QAExample",
-    "qa_task",
     "encode_texts",
     "encode_words",
     "encode_tagged",
+    "word_tags",
     "encode_qa",
+    "span_text",
+    "qa_scores",
     "with_evaluations",
     "frozen_outputs",
     "train_with_curve",
-    "word_tags",
-    "span_text",
-    "qa_scores",
-    "topic_sentences",
-    "paired_sign_test",
+    "train_probe",
     "texts_fingerprint",
-    "RECIPES",
 ]
-
-IGNORE_INDEX = -100  # a label that the cross-entropy skips: [CLS], [SEP], [PAD], ## pieces
 
 
 # --- §3 Freezing ----------------------------------------------------------------------------------
@@ -108,157 +86,6 @@ def unfreeze(module: nn.Module) -> nn.Module:
 def count_trainable(module: nn.Module) -> int:
     """The number of parameters that an optimiser would update (requires_grad=True)."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
-
-
-# --- §2 The three heads -------------------------------------------------------------------------
-
-SEQUENCE_POOLINGS = ("cls", "pooler", "mean")
-
-
-def _check_count(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-        raise ValueError(f"{name} must be an int >= 2 (a head needs two outputs or more), "
-                         f"got {value!r}.")
-    return value
-
-
-class SequenceClassifier(nn.Module):
-    """Encoder + one vector per sequence + a linear layer: (b, n) tokens -> (b, C) scores.
-
-    (Lesson 7, §2.) ``pooling`` chooses the vector: ``"cls"`` is the final [CLS] vector h_0,
-    ``"pooler"`` is BERT's pooler output tanh(W h_0 + b) (the checkpoint must have that layer,
-    ``EncoderConfig.pooler``), ``"mean"`` the mean of the real tokens' vectors (``heads.pool``).
-    The head is dropout then ``nn.Linear(d, n_classes)``, as in BERT.
-    """
-
-    def __init__(self, encoder: nn.Module, n_classes: int, pooling: str = "cls",
-                 dropout: float = 0.1):
-        super().__init__()
-        if pooling not in SEQUENCE_POOLINGS:
-            raise ValueError(f"pooling must be one of {SEQUENCE_POOLINGS}, got {pooling!r}.")
-        if pooling == "pooler" and getattr(encoder, "pooler", None) is None:
-            raise ValueError(
-                "pooling='pooler' needs an encoder with BERT's pooler layer, but this one has "
-                "none (its config has pooler=False). Use pooling='cls' or 'mean'."
-            )
-        self.encoder = encoder
-        self.pooling = pooling
-        self.n_classes = _check_count(n_classes, "n_classes")
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(encoder.config.d_model, n_classes)  # W: (d, C)
-
-    def sequence_vector(self, output, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(b, d): the vector the classifier reads, from an ``EncoderOutput``."""
-        if self.pooling == "pooler":
-            return output.pooler_output  # (b, d): tanh(W h_[CLS] + b)
-        return pool(output.last_hidden_state, attention_mask, how=self.pooling)  # (b, d)
-
-    def classify(self, vectors: torch.Tensor) -> torch.Tensor:
-        """(b, d) sequence vectors -> (b, C) logits. A linear probe trains only this."""
-        return self.classifier(self.dropout(vectors))
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        output = self.encoder(input_ids, token_type_ids=token_type_ids,
-                              attention_mask=attention_mask)
-        return self.classify(self.sequence_vector(output, attention_mask))  # (b, C)
-
-
-class TokenClassifier(nn.Module):
-    """Encoder + a linear layer on every token vector: (b, n) tokens -> (b, n, T) tag scores.
-
-    (Lesson 7, §4.) One decision per token, each made from a vector that has seen the whole
-    sentence (both sides). With BIO tags, T = 2 x (entity types) + 1.
-    """
-
-    def __init__(self, encoder: nn.Module, n_tags: int, dropout: float = 0.1):
-        super().__init__()
-        self.encoder = encoder
-        self.n_tags = _check_count(n_tags, "n_tags")
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(encoder.config.d_model, n_tags)  # W: (d, T)
-
-    def tag(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(b, n, d) token vectors -> (b, n, T) logits. A linear probe trains only this."""
-        return self.classifier(self.dropout(hidden))
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
-        hidden = self.encoder(input_ids, token_type_ids=token_type_ids,
-                              attention_mask=attention_mask).last_hidden_state  # (b, n, d)
-        return self.tag(hidden)  # (b, n, T)
-
-
-class SpanExtractor(nn.Module):
-    """Encoder + two scores per token: where the answer starts and where it ends (Lesson 7, §5).
-
-    The input is ``[CLS] question [SEP] context [SEP]``; ``context_mask`` (b, n) is True on the
-    context's tokens, and every other position (question, specials, padding) gets the logit
-    -inf, so the softmax over start (or end) positions is a distribution over the context only.
-    """
-
-    def __init__(self, encoder: nn.Module):
-        super().__init__()
-        self.encoder = encoder
-        self.qa = nn.Linear(encoder.config.d_model, 2)  # one column for start, one for end
-
-    def span_logits(self, hidden: torch.Tensor, context_mask: torch.Tensor | None = None):
-        """(b, n, d) token vectors -> start and end logits, each (b, n). A probe trains this."""
-        scores = self.qa(hidden)  # (b, n, 2)
-        start, end = scores[..., 0], scores[..., 1]  # (b, n) each
-        if context_mask is not None:
-            outside = ~context_mask.to(torch.bool)
-            start = start.masked_fill(outside, float("-inf"))
-            end = end.masked_fill(outside, float("-inf"))
-        return start, end
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, context_mask=None):
-        hidden = self.encoder(input_ids, token_type_ids=token_type_ids,
-                              attention_mask=attention_mask).last_hidden_state  # (b, n, d)
-        return self.span_logits(hidden, context_mask)
-
-
-def span_loss(start_logits, end_logits, starts, ends) -> torch.Tensor:
-    """The mean of the cross-entropies of the gold start and gold end positions (Lesson 7, §5)."""
-    return (F.cross_entropy(start_logits, starts) + F.cross_entropy(end_logits, ends)) / 2
-
-
-def best_span(
-    start_logits: torch.Tensor,  # (b, n)
-    end_logits: torch.Tensor,  # (b, n)
-    context_mask: torch.Tensor,  # (b, n): True on the context's tokens
-    max_tokens: int = 16,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The span (i, j) with the largest s_i + e_j, for each row: (starts, ends, scores), each (b,).
-
-    (Lesson 7, §5.) Only spans with i <= j < i + max_tokens and both ends in the context count:
-    never an answer that ends before it starts, is longer than ``max_tokens`` tokens, or touches
-    the question, a special token or padding. Scoring every pair costs an (n, n) table per row.
-    """
-    if start_logits.dim() != 2 or start_logits.shape != end_logits.shape:
-        raise ValueError(
-            "start_logits and end_logits must both have shape (batch, n), got "
-            f"{tuple(start_logits.shape)} and {tuple(end_logits.shape)}."
-        )
-    if tuple(context_mask.shape) != tuple(start_logits.shape):
-        raise ValueError(f"context_mask must have shape {tuple(start_logits.shape)} "
-                         f"(one flag per token), got {tuple(context_mask.shape)}.")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}.")
-    context = context_mask.to(torch.bool)  # (b, n)
-    empty = ~context.any(dim=1)
-    if empty.any():
-        raise ValueError(f"rows {empty.nonzero().squeeze(1).tolist()} have no context token: "
-                         "there is no span to choose. Check the context_mask.")
-    b, n = start_logits.shape
-    i = torch.arange(n).unsqueeze(1)  # (n, 1): start
-    j = torch.arange(n).unsqueeze(0)  # (1, n): end
-    allowed = (j >= i) & (j < i + max_tokens)  # (n, n)
-    allowed = allowed & context.unsqueeze(2) & context.unsqueeze(1)  # (b, n, n)
-    scores = start_logits.unsqueeze(2) + end_logits.unsqueeze(1)  # (b, n, n): s_i + e_j
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    best, flat = scores.view(b, -1).max(dim=1)  # (b,)
-    return flat // n, flat % n, best
 
 
 # --- §3 Metrics for classification ---------------------------------------------------------------
@@ -393,6 +220,46 @@ def entity_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[st
     return {**prf(total), "by_type": {kind: prf(c) for kind, c in sorted(counts.items())}}
 
 
+# --- §5 Reading an answer off the span head ----------------------------------------------------
+
+
+def best_span(
+    start_logits: torch.Tensor,  # (b, n)
+    end_logits: torch.Tensor,  # (b, n)
+    context_mask: torch.Tensor,  # (b, n): True on the context's tokens
+    max_tokens: int = 16,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The span (i, j) with the largest s_i + e_j, for each row: (starts, ends, scores), each (b,).
+
+    (Lesson 7, §5.) Only spans with i <= j < i + max_tokens and both ends in the context count:
+    never an answer that ends before it starts, is longer than ``max_tokens`` tokens, or touches
+    the question, a special token or padding. Scoring every pair costs an (n, n) table per row.
+    """
+    if start_logits.dim() != 2 or start_logits.shape != end_logits.shape:
+        raise ValueError(
+            "start_logits and end_logits must both have shape (batch, n), got "
+            f"{tuple(start_logits.shape)} and {tuple(end_logits.shape)}."
+        )
+    if tuple(context_mask.shape) != tuple(start_logits.shape):
+        raise ValueError(f"context_mask must have shape {tuple(start_logits.shape)} "
+                         f"(one flag per token), got {tuple(context_mask.shape)}.")
+    check_positive_int(max_tokens, "max_tokens")
+    context = context_mask.to(torch.bool)  # (b, n)
+    empty = ~context.any(dim=1)
+    if empty.any():
+        raise ValueError(f"rows {empty.nonzero().squeeze(1).tolist()} have no context token: "
+                         "there is no span to choose. Check the context_mask.")
+    b, n = start_logits.shape
+    i = torch.arange(n).unsqueeze(1)  # (n, 1): start
+    j = torch.arange(n).unsqueeze(0)  # (1, n): end
+    allowed = (j >= i) & (j < i + max_tokens)  # (n, n)
+    allowed = allowed & context.unsqueeze(2) & context.unsqueeze(1)  # (b, n, n)
+    scores = start_logits.unsqueeze(2) + end_logits.unsqueeze(1)  # (b, n, n): s_i + e_j
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    best, flat = scores.view(b, -1).max(dim=1)  # (b,)
+    return flat // n, flat % n, best
+
+
 # --- §5 SQuAD's exact match and token F1 ---------------------------------------------------------
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -421,281 +288,6 @@ def token_f1(prediction: str, truth: str) -> float:
         return 0.0
     precision, recall = common / len(p), common / len(t)
     return 2 * precision * recall / (precision + recall)
-
-
-# --- The three offline tasks ---------------------------------------------------------------------
-# (1) Topic of a sentence of the Python documentation: which part of the docs it comes from.
-
-TOPIC_SOURCES = {
-    "language reference": None,  # pydoc_data.topics: the language reference's pages
-    "numbers & dates": "decimal fractions statistics random secrets calendar datetime heapq uuid",
-    "files & formats": "pathlib shutil tarfile tempfile zipfile glob fnmatch csv json pickle "
-                       "configparser mailbox",
-    "networks & concurrency": "socket smtplib email.message urllib.parse ipaddress subprocess "
-                              "threading queue sched asyncio.events",
-}
-
-
-@dataclass(frozen=True)
-class ClassificationTask:
-    """Texts with class ids, split into train and test; ``classes`` names the ids (Lesson 7, §3)."""
-
-    train_texts: list[str]
-    train_labels: torch.Tensor  # (N_train,)
-    test_texts: list[str]
-    test_labels: torch.Tensor  # (N_test,)
-    classes: tuple[str, ...]
-
-    def __repr__(self) -> str:
-        return (f"ClassificationTask({len(self.classes)} classes, {len(self.train_texts)} "
-                f"training and {len(self.test_texts)} test texts)")
-
-
-def topic_sentences() -> dict[str, list[str]]:
-    """Every sentence of each part of the Python documentation in :data:`TOPIC_SOURCES`.
-
-    A sentence that appears in two parts is dropped from both, so the label is never ambiguous.
-    Read from the frozen file ``corpora/topic-sentences.json.gz`` (CPython 3.11's text, the same
-    on every Python version; rebuilt by ``python -m encoderlab data --build``).
-    """
-    from encoderlab.data import read_frozen
-
-    by_class = read_frozen("topic-sentences")
-    if list(by_class) != list(TOPIC_SOURCES):
-        raise ValueError(f"the frozen topic sentences have classes {list(by_class)}, expected "
-                         f"{list(TOPIC_SOURCES)}: rebuild them with `python -m encoderlab data "
-                         "--build` on Python 3.11.")
-    return {name: list(sentences) for name, sentences in by_class.items()}
-
-
-def topic_task(n_train: int = 100, n_test: int = 50, seed: int = 0) -> ClassificationTask:
-    """Which part of the Python docs a sentence comes from: a 4-class task (Lesson 7, §3).
-
-    From each class of :func:`topic_sentences`, ``n_train`` sentences go to training and
-    ``n_test`` others to the test set, drawn at random with ``seed``; both sets are balanced,
-    and the training set is shuffled. A test sentence that shares an 8-word span with a training
-    sentence is passed over for the next one (the training set stays as drawn). The sentences
-    are CPython 3.11's, frozen, so every Python version gets the same task.
-    """
-    from encoderlab.data import SPAN_WORDS, without_shared_spans
-
-    by_class = topic_sentences()
-    short = {name: len(ss) for name, ss in by_class.items() if len(ss) < n_train + n_test}
-    if short:
-        raise ValueError(f"n_train + n_test = {n_train + n_test} is more than some classes have "
-                         f"({short}); ask for fewer.")
-    g = torch.Generator().manual_seed(seed)
-    train, test, rest = [], [], []
-    for label, sentences in enumerate(by_class.values()):
-        order = torch.randperm(len(sentences), generator=g).tolist()
-        train += [(sentences[i], label) for i in order[:n_train]]
-        rest.append([(sentences[i], label) for i in order[n_train:]])
-    # A test sentence shares no 8-word span with any training sentence: each class's test set
-    # is the first n_test of its remaining sentences (in the random order) that pass.
-    train_texts = [t for t, _ in train]
-    for label, candidates in enumerate(rest):
-        fresh = set(without_shared_spans([t for t, _ in candidates], train_texts))
-        chosen = [c for c in candidates if c[0] in fresh][:n_test]
-        if len(chosen) < n_test:
-            raise ValueError(f"class {list(by_class)[label]!r} has only {len(chosen)} sentences "
-                             f"that share no {SPAN_WORDS}-word span with training; ask for "
-                             f"fewer than n_test = {n_test}.")
-        test += chosen
-    train = [train[i] for i in torch.randperm(len(train), generator=g).tolist()]
-    return ClassificationTask(
-        train_texts=[t for t, _ in train], train_labels=torch.tensor([y for _, y in train]),
-        test_texts=[t for t, _ in test], test_labels=torch.tensor([y for _, y in test]),
-        classes=tuple(by_class),
-    )
-
-
-# (2) BIO tagging: people, places and years in template sentences.
-
-TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-DATE", "I-DATE")
-
-_FIRST = ("Ada Alan Grace Guido Linus Barbara Donald Edsger Frances John Margaret Dennis Ken "
-          "Katherine Niklaus Radia Sophie Hedy Claude Tim Anita Fernando Yukihiro Bjarne").split()
-_LAST = ("Lovelace Turing Hopper Torvalds Liskov Knuth Dijkstra Allen McCarthy Hamilton Ritchie "
-         "Thompson Johnson Wirth Perlman Wilson Lamarr Shannon Borg Corbato Matsumoto "
-         "Stroustrup Goldberg Kay").split()
-_PLACES = ("Paris|London|New York|Amsterdam|Zurich|Kyoto|Buenos Aires|Cape Town|Helsinki|Lagos|"
-           "Oslo|Lima|Seoul|Mumbai|San Francisco|Rio de Janeiro|Cairo|Dublin|Vienna|Hanoi|"
-           "Santiago|Nairobi|Los Angeles|Montreal").split("|")
-# Words that are a first name in one sentence and a place in another: only context tells.
-_BOTH = ("Florence Sydney Austin Madison Georgia Victoria Jordan Charlotte Lincoln Chelsea "
-         "Dallas Savannah").split()
-AMBIGUOUS_WORDS = tuple(_BOTH)  # Lesson 7, §4: public, for the lesson's measurement
-_MONTHS = ("January February March April May June July August September October November "
-           "December").split()
-_TEMPLATES = (
-    "{PER} moved to {LOC} in {DATE} .",
-    "{PER} met {PER} in {LOC} .",
-    "in {DATE} , {PER} gave a talk in {LOC} .",
-    "the conference in {LOC} was opened by {PER} .",
-    "{PER} wrote to {PER} from {LOC} in {DATE} .",
-    "after {DATE} , {PER} lived in {LOC} with {PER} .",
-    "{LOC} is where {PER} studied .",
-    "{PER} and {PER} both left {LOC} in {DATE} .",
-    "we flew from {LOC} to {LOC} to see {PER} .",
-    "the letter that {PER} sent in {DATE} never reached {LOC} .",
-    "since {DATE} the office in {LOC} has been run by {PER} .",
-    "{PER} thinks {LOC} is colder than {LOC} .",
-)
-
-TAGGING_TEMPLATES = _TEMPLATES  # Lesson 7, §4: public, so that the lesson can print them
-
-
-@dataclass(frozen=True)
-class TaggingTask:
-    """Sentences as word lists with one BIO tag per word, train and test (Lesson 7, §4)."""
-
-    train_words: list[list[str]]
-    train_tags: list[list[str]]
-    test_words: list[list[str]]
-    test_tags: list[list[str]]
-    tags: tuple[str, ...] = TAGS
-
-    def __repr__(self) -> str:
-        return (f"TaggingTask({len(self.train_words)} training and {len(self.test_words)} test "
-                f"sentences, tags {list(self.tags)})")
-
-
-def _split_names(names: Sequence[str], g: torch.Generator) -> tuple[list[str], list[str]]:
-    """Two thirds of a list for training, the rest seen only in the test set."""
-    order = torch.randperm(len(names), generator=g).tolist()
-    cut = (2 * len(names)) // 3
-    return [names[i] for i in order[:cut]], [names[i] for i in order[cut:]]
-
-
-def _fill(template: str, pick: Callable[[str], list[str]]) -> tuple[list[str], list[str]]:
-    words, tags = [], []
-    for part in template.split():
-        if part.startswith("{"):
-            kind = part[1:-1]
-            entity = pick(kind)
-            words += entity
-            tags += [f"B-{kind}"] + [f"I-{kind}"] * (len(entity) - 1)
-        else:
-            words.append(part)
-            tags.append("O")
-    return words, tags
-
-
-def tagging_task(n_train: int = 400, n_test: int = 200, seed: int = 0) -> TaggingTask:
-    """Template sentences about people (PER), places (LOC) and dates (DATE), tagged BIO.
-
-    (Lesson 7, §4.) Built from fixed lists of computer scientists' names, cities, months and
-    years. The names and cities are split in two thirds for training and one third for testing,
-    and the test sentences draw only from the held-out third, so apart from the twelve
-    ambiguous words every test name and city is unseen in training. Twelve words (Florence,
-    Sydney, Austin, ...) are a person in some sentences and a place in others, in both sets:
-    only the context decides.
-    """
-    g = torch.Generator().manual_seed(seed)
-    split = [_split_names(names, g) for names in (_FIRST, _LAST, _PLACES)]
-
-    def make(n: int, part: int) -> tuple[list, list]:
-        first, last, places = (s[part] for s in split)
-
-        def choose(options):
-            return options[int(torch.randint(len(options), (1,), generator=g))]
-
-        def pick(kind: str) -> list[str]:
-            r = float(torch.rand(1, generator=g))
-            if kind == "PER":
-                name = [choose(_BOTH if r < 0.2 else first)]
-                return name + [choose(last)] if float(torch.rand(1, generator=g)) < 0.6 else name
-            if kind == "LOC":
-                return (choose(_BOTH) if r < 0.2 else choose(places)).split()
-            year = str(1950 + int(torch.randint(70, (1,), generator=g)))
-            return [choose(_MONTHS), year] if r < 0.4 else [year]
-
-        words, tags = [], []
-        for _ in range(n):
-            w, t = _fill(choose(_TEMPLATES), pick)
-            words.append(w)
-            tags.append(t)
-        return words, tags
-
-    train_words, train_tags = make(n_train, 0)
-    test_words, test_tags = make(n_test, 1)
-    return TaggingTask(train_words, train_tags, test_words, test_tags)
-
-
-# (3) Extractive QA: a question about one of two people, answered by a span of the context.
-
-_JOBS = ("teacher|nurse|pilot|baker|chemist|lawyer|carpenter|journalist|software engineer|"
-         "bus driver|data scientist|civil engineer|librarian|farmer").split("|")
-_QUESTIONS = {  # question template -> the fact it asks for
-    "where was {P} born ?": "place",
-    "in which city was {P} born ?": "place",
-    "when was {P} born ?": "year",
-    "in what year was {P} born ?": "year",
-    "what does {P} do ?": "job",
-    "what is the job of {P} ?": "job",
-}
-
-
-@dataclass(frozen=True)
-class QAExample:
-    """One question about a context; the answer is ``context[start : end + 1]`` (words)."""
-
-    question: list[str]
-    context: list[str]
-    start: int  # first word of the answer in the context
-    end: int  # last word of the answer, inclusive
-
-    @property
-    def answer(self) -> str:
-        return " ".join(self.context[self.start:self.end + 1])
-
-
-def qa_task(n_train: int = 600, n_test: int = 200, seed: int = 0) -> tuple[list, list]:
-    """(train, test): lists of :class:`QAExample` about two people each (Lesson 7, §5).
-
-    Each context states, for two people, where and when they were born and their job, e.g.
-    "Ada Borg was born in Lima in 1961 and is a pilot . Ken Wirth was born in ...". The
-    question asks for one fact about one of them, so the model must find the right person and
-    then the right kind of span; the other person's facts are distractors of the same kind.
-    Names and cities are split as in :func:`tagging_task`: the test set's are never trained on.
-    """
-    g = torch.Generator().manual_seed(seed + 1)
-    split = [_split_names(names, g) for names in (_FIRST, _LAST, _PLACES)]
-    templates = list(_QUESTIONS)
-
-    def choose(options):
-        return options[int(torch.randint(len(options), (1,), generator=g))]
-
-    def make(n: int, part: int) -> list[QAExample]:
-        first, last, places = (s[part] for s in split)
-        out = []
-        for _ in range(n):
-            people = []
-            while len(people) < 2:
-                person = f"{choose(first)} {choose(last)}"
-                if person not in people:
-                    people.append(person)
-            context, spans = [], []
-            for person in people:
-                facts = {"place": choose(places).split(), "job": choose(_JOBS).split(),
-                         "year": [str(1940 + int(torch.randint(70, (1,), generator=g)))]}
-                where = {}
-                context += person.split() + ["was", "born", "in"]
-                where["place"] = (len(context), len(context) + len(facts["place"]) - 1)
-                context += facts["place"] + ["in"]
-                where["year"] = (len(context), len(context))
-                context += facts["year"] + ["and", "is", "a"]
-                where["job"] = (len(context), len(context) + len(facts["job"]) - 1)
-                context += facts["job"] + ["."]
-                spans.append(where)
-            k = int(torch.randint(2, (1,), generator=g))  # whom the question is about
-            template = choose(templates)
-            question = template.replace("{P}", people[k]).split()
-            start, end = spans[k][_QUESTIONS[template]]
-            out.append(QAExample(question, context, start, end))
-        return out
-
-    return make(n_train, 0), make(n_test, 1)
 
 
 # --- Encoding the tasks for MiniLM's tokenizer ---------------------------------------------------
@@ -864,8 +456,6 @@ def frozen_outputs(encoder: nn.Module, tensors: dict, batch_size: int = 64,
     output H^(0) and every block's output H^(1) ... H^(L), from the same single pass
     (Lesson 7, §4 probes each of them).
     """
-    from encoderlab.course.train import tqdm
-
     ids, mask = tensors["input_ids"], tensors["attention_mask"]
     segments = tensors.get("token_type_ids")
     lengths = mask.sum(dim=1)  # (N,)
@@ -906,8 +496,6 @@ def train_with_curve(model: nn.Module, batches: Iterable, loss_fn: Callable,
 
     (Lesson 7, §3.) Returns ``{"loss": (steps,), "steps": (k,), "values": (k,)}`` tensors.
     """
-    from encoderlab.course.train import train
-
     curve: list = []
     history = train(model, with_evaluations(batches, model, evaluate, eval_every, curve),
                     loss_fn, steps=steps, lr=lr, seed=seed, progress=progress,
@@ -918,96 +506,28 @@ def train_with_curve(model: nn.Module, batches: Iterable, loss_fn: Callable,
     return {"loss": torch.tensor(history), "steps": steps_t, "values": values}
 
 
-# --- Recipes: the fine-tuning runs, recorded as results (python -m encoderlab train l7-...) -----
+def train_probe(head: nn.Module, tensors: Sequence[torch.Tensor], loss_fn: Callable,
+                evaluate: Callable[[], float], steps: int, settings: dict, seed: int = 0,
+                train_seed: int | None = None) -> dict:
+    """A linear probe: ``head`` trained on stored encoder outputs, with a learning curve
+    (Lesson 7, §2, §4, §5).
 
-FINETUNE = {  # the settings of the recorded runs; the notebook prints them from the metadata
-    "batch_size": 16,
-    "lr": 5e-5,
-    "eval_every": 10,
-    "classify_steps": 100,
-    "tag_steps": 100,
-    "extract_steps": 150,
-    "seed": 0,
-}
-
-
-def _minilm_copy():
-    from encoderlab.pretrained import load_minilm
-
-    tokenizer, encoder = load_minilm()
-    return tokenizer, copy.deepcopy(encoder)
-
-
-def _sorted_logits(model: nn.Module, x: dict, batch_size: int = 64) -> torch.Tensor:
-    """A classifier's logits for every row of ``x``, computed in batches of similar length."""
-    lengths = x["attention_mask"].sum(dim=1)
-    order = torch.argsort(lengths, stable=True)
-    out = None
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        m = int(lengths[rows].max())  # cut the batch to its longest row
-        logits = model(x["input_ids"][rows, :m], x["attention_mask"][rows, :m])
-        if out is None:
-            out = torch.zeros(len(order), *logits.shape[1:])
-        out[rows] = logits
-    return out
-
-
-def classify_run(pooling: str, steps: int, progress: bool = True, task=None):
-    """Fine-tune MiniLM + :class:`SequenceClassifier` on :func:`topic_task`; return the results."""
-    from encoderlab.course.train import train
-    from encoderlab.data import shuffled_batches
-
-    task = task or topic_task()
-    tokenizer, encoder = _minilm_copy()
-    train_x = encode_texts(tokenizer, task.train_texts)
-    test_x = encode_texts(tokenizer, task.test_texts)
-    torch.manual_seed(FINETUNE["seed"])
-    model = SequenceClassifier(encoder, len(task.classes), pooling=pooling)
-
-    def predict():
-        return _sorted_logits(model, test_x)
-
-    def loss_fn(m, b):
-        width = int(b[1].sum(dim=1).max())  # drop the padding columns this batch doesn't need
-        return F.cross_entropy(m(b[0][:, :width], b[1][:, :width]), b[2])
-
-    curve: list = []
-    batches = shuffled_batches(train_x["input_ids"], train_x["attention_mask"], task.train_labels,
-                               batch_size=FINETUNE["batch_size"], seed=FINETUNE["seed"])
-    batches = with_evaluations(batches, model, lambda: 100 * accuracy(predict().argmax(-1),
-                                                                      task.test_labels),
-                               FINETUNE["eval_every"], curve)
-    start = time.perf_counter()
-    history = train(model, batches, loss_fn, steps=steps, lr=FINETUNE["lr"],
-                    seed=FINETUNE["seed"], progress=progress,
-                    description=f"fine-tune ({pooling})")
-    seconds = (time.perf_counter() - start) / steps
-    with torch.no_grad():
-        logits = predict()
-    steps_t, acc = _finish(curve, 100 * accuracy(logits.argmax(-1), task.test_labels), steps)
-    return {f"{pooling}.curve_steps": steps_t, f"{pooling}.curve_accuracy": acc,
-            f"{pooling}.loss": torch.tensor(history), f"{pooling}.test_logits": logits}, seconds
-
-
-def _classify_recipe(pooling: str):
-    def recipe(steps: int | None = None, progress: bool = True):
-        from encoderlab.data import python_docs_corpus
-
-        steps = steps or FINETUNE["classify_steps"]
-        task = topic_task()
-        tensors, seconds = classify_run(pooling, steps, progress, task=task)
-        tensors["test_labels"] = task.test_labels
-        return tensors, _metadata(steps, [seconds], task=repr(task),
-                                  classes="|".join(task.classes), pooling=pooling,
-                                  corpus=python_docs_corpus().fingerprint,
-                                  test_texts=texts_fingerprint(task.test_texts),
-                                  train_texts=texts_fingerprint(task.train_texts))
-
-    name = {"cls": "[CLS]", "mean": "mean"}[pooling]
-    recipe.__doc__ = (f"Lesson 7: fine-tune MiniLM on the 4-class docs-topic task, {name} "
-                      "pooling.")
-    return recipe
+    ``tensors`` are the stored inputs and targets, drawn in shuffled batches of
+    ``settings["batch_size"]`` (seeded with ``seed``); training is :func:`train_with_curve`
+    at ``settings["lr"]``, evaluating every ``settings["eval_every"]`` steps (seeded with
+    ``train_seed``, default ``seed``). A probe multiplies small matrices: one thread is as fast
+    as two and stays fast on a busy CPU, so it runs on one; the thread count is restored
+    afterwards, also when training fails.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        batches = shuffled_batches(*tensors, batch_size=settings["batch_size"], seed=seed)
+        return train_with_curve(head, batches, loss_fn, evaluate, steps=steps, lr=settings["lr"],
+                                eval_every=settings["eval_every"],
+                                seed=seed if train_seed is None else train_seed)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def texts_fingerprint(texts: Sequence[str]) -> str:
@@ -1019,104 +539,3 @@ def texts_fingerprint(texts: Sequence[str]) -> str:
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts) or not texts:
         raise ValueError("texts must be a non-empty list of strings; for one text pass [text].")
     return hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:16]
-
-
-def _metadata(steps, seconds, **extra) -> dict:
-    return {"steps": str(steps), "seconds_per_step": f"{sum(seconds) / len(seconds):.2f}",
-            **{k: str(v) for k, v in FINETUNE.items() if not k.endswith("_steps")},
-            "threads": str(torch.get_num_threads()), **extra}
-
-
-def _recipe_tag(steps: int | None = None, progress: bool = True):
-    """Lesson 7: fine-tune MiniLM + a token classifier on the BIO tagging task."""
-    from encoderlab.course.train import train
-    from encoderlab.data import shuffled_batches
-
-    steps = steps or FINETUNE["tag_steps"]
-    task = tagging_task()
-    tokenizer, encoder = _minilm_copy()
-    train_x = encode_tagged(tokenizer, task.train_words, task.train_tags)
-    test_x = encode_tagged(tokenizer, task.test_words, task.test_tags)
-    torch.manual_seed(FINETUNE["seed"])
-    model = TokenClassifier(encoder, len(task.tags))
-
-    def predict():
-        return _logits_in_batches(model, test_x, ["input_ids", "attention_mask"])
-
-    def evaluate():
-        predicted = word_tags(predict(), test_x["first_piece"])
-        return 100 * entity_scores(task.test_tags, predicted)["f1"]
-
-    def loss_fn(m, b):
-        logits = m(b[0], b[1])  # (b, n, T)
-        return F.cross_entropy(logits.flatten(0, 1), b[2].flatten(), ignore_index=IGNORE_INDEX)
-
-    curve: list = []
-    batches = shuffled_batches(train_x["input_ids"], train_x["attention_mask"], train_x["labels"],
-                               batch_size=FINETUNE["batch_size"], seed=FINETUNE["seed"])
-    start = time.perf_counter()
-    history = train(model, with_evaluations(batches, model, evaluate, FINETUNE["eval_every"],
-                                            curve),
-                    loss_fn, steps=steps, lr=FINETUNE["lr"], seed=FINETUNE["seed"],
-                    progress=progress, description="fine-tune (tags)")
-    seconds = (time.perf_counter() - start) / steps
-    with torch.no_grad():
-        logits = predict()
-    predicted = word_tags(logits, test_x["first_piece"])
-    steps_t, f1 = _finish(curve, 100 * entity_scores(task.test_tags, predicted)["f1"], steps)
-    index = {t: k for k, t in enumerate(task.tags)}
-    tag_ids = _pad_rows([[index[t] for t in row] for row in predicted], -1)  # (N, words)
-    return ({"curve_steps": steps_t, "curve_f1": f1, "loss": torch.tensor(history),
-             "test_predicted": tag_ids},
-            _metadata(steps, [seconds], task=repr(task), tags="|".join(task.tags)))
-
-
-def _recipe_extract(steps: int | None = None, progress: bool = True):
-    """Lesson 7: fine-tune MiniLM + a span extractor on the synthetic two-person QA task."""
-    from encoderlab.course.train import train
-    from encoderlab.data import shuffled_batches
-
-    steps = steps or FINETUNE["extract_steps"]
-    train_ex, test_ex = qa_task()
-    tokenizer, encoder = _minilm_copy()
-    train_x, test_x = encode_qa(tokenizer, train_ex), encode_qa(tokenizer, test_ex)
-    torch.manual_seed(FINETUNE["seed"])
-    model = SpanExtractor(encoder)
-    keys = ["input_ids", "attention_mask", "token_type_ids", "context_mask"]
-
-    def predict():
-        return _logits_in_batches(model, test_x, keys)
-
-    def evaluate():
-        s, e, _ = best_span(*predict(), test_x["context_mask"])
-        return qa_scores(test_ex, test_x["word_of"], s, e)["exact_match"]
-
-    curve: list = []
-    batches = shuffled_batches(*(train_x[k] for k in keys), train_x["starts"], train_x["ends"],
-                               batch_size=FINETUNE["batch_size"], seed=FINETUNE["seed"])
-    start = time.perf_counter()
-    history = train(model, with_evaluations(batches, model, evaluate, FINETUNE["eval_every"],
-                                            curve),
-                    lambda m, b: span_loss(*m(*b[:4]), b[4], b[5]), steps=steps,
-                    lr=FINETUNE["lr"], seed=FINETUNE["seed"], progress=progress,
-                    description="fine-tune (spans)")
-    seconds = (time.perf_counter() - start) / steps
-    with torch.no_grad():
-        start_logits, end_logits = predict()
-    s, e, _ = best_span(start_logits, end_logits, test_x["context_mask"])
-    scores = qa_scores(test_ex, test_x["word_of"], s, e)
-    steps_t, em = _finish(curve, scores["exact_match"], steps)
-    return ({"curve_steps": steps_t, "curve_exact_match": em, "loss": torch.tensor(history),
-             "test_starts": s, "test_ends": e, "test_f1": torch.tensor(scores["f1"]),
-             "start_logits": start_logits[:16].nan_to_num(neginf=-1e4),
-             "end_logits": end_logits[:16].nan_to_num(neginf=-1e4)},
-            _metadata(steps, [seconds], task=f"{len(train_ex)} training and {len(test_ex)} "
-                                              "test questions"))
-
-
-RECIPES = {
-    "l7-classify-mean": _classify_recipe("mean"),
-    "l7-classify-cls": _classify_recipe("cls"),
-    "l7-tag": _recipe_tag,
-    "l7-extract": _recipe_extract,
-}

@@ -16,6 +16,7 @@ import torch
 from encoderlab import masks
 from encoderlab.attention import scaled_dot_product_attention
 from encoderlab.tiled import tiled_attention
+from encoderlab.validate import check_int, check_positive_int
 
 __all__ = [
     "Packing",
@@ -68,8 +69,7 @@ class Packing:
 
 
 def _check_lengths(lengths, capacity) -> list[int]:
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"capacity must be a positive int (tokens per row), got {capacity!r}.")
+    check_positive_int(capacity, "capacity", what="tokens per row")
     lengths = [int(n) for n in lengths]
     if not lengths:
         raise ValueError("pack_lengths() needs at least one sequence length, got none.")
@@ -127,8 +127,7 @@ def padded_batch_fraction(lengths, batch_size: int) -> float:
     """Padding fraction when the sequences, in the given order, go into batches of
     ``batch_size`` rows, each padded to its own longest sequence (the usual padded batch)."""
     lengths = [int(n) for n in lengths]
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    check_positive_int(batch_size, "batch_size")
     total = 0
     for s in range(0, len(lengths), batch_size):
         chunk = lengths[s : s + batch_size]
@@ -144,8 +143,7 @@ def padded_batch_entries(lengths, batch_size: int) -> int:
     matrix, padding included. Pass ``sorted(lengths)`` for length-sorted batches.
     """
     lengths = [int(n) for n in lengths]
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+    check_positive_int(batch_size, "batch_size")
     if not lengths:
         raise ValueError("padded_batch_entries() needs at least one sequence length, got none.")
     return sum(len(lengths[s : s + batch_size]) * max(lengths[s : s + batch_size]) ** 2
@@ -165,8 +163,7 @@ def docstring_lengths(tokenizer, max_length: int = 512) -> list[int]:
         read_frozen,  # the frozen corpus: the same text on every Python version
     )
 
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
-        raise ValueError(f"max_length must be an int >= 2 ([CLS] and [SEP]), got {max_length!r}.")
+    check_int(max_length, "max_length", at_least=2, what="[CLS] and [SEP]")
     docstrings = read_frozen("docstring-pairs")["docstrings"]
     return [len(tokenizer.encode(" ".join(sentences), truncation=True, max_length=max_length))
             for sentences in docstrings]

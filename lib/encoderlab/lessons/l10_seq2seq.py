@@ -1,20 +1,36 @@
-"""A synthetic sequence-to-sequence task for a tiny encoder–decoder (Lesson 10, §4).
+"""Lesson 10's own code: a sequence-to-sequence task, and counting what the KV cache saves.
 
-The task is reversal: the source is a string of symbols of random length, the target is the same
-string backwards, followed by ``eos``. Lengths vary, so a batch is padded, and the model must use
-its source padding mask. Ids follow :class:`encoderlab.decoder.EncoderDecoderConfig`'s defaults:
+The task (§4) is reversal: the source is a string of symbols of random length, the target is the
+same string backwards, followed by ``eos``. Lengths vary, so a batch is padded, and the model must
+use its source padding mask. Ids follow :class:`encoderlab.decoder.EncoderDecoderConfig`'s defaults:
 ``pad=0``, ``bos=1``, ``eos=2``, symbols from 3 on. Everything is drawn from a seeded
 ``torch.Generator``: the same seed gives the same batches.
+
+The count (§5): :func:`kv_positions_per_step` watches every decoder block's W_K while the model
+generates, and reports how many positions were projected to keys and values at each step, with
+and without the cache.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Seq2SeqBatch", "ReversalTask", "exact_match", "sources_of"]
+from encoderlab.decoder import EncoderDecoderModel
+from encoderlab.validate import check_positive_int
+
+__all__ = [
+    "Seq2SeqBatch",
+    "ReversalTask",
+    "exact_match",
+    "sources_of",
+    "KVCount",
+    "counting_kv_projections",
+    "kv_positions_per_step",
+]
 
 PAD, BOS, EOS = 0, 1, 2
 N_SPECIALS = 3
@@ -40,8 +56,7 @@ class ReversalTask:
 
     def __init__(self, n_symbols: int = 10, min_len: int = 3, max_len: int = 8):
         for name, value in (("n_symbols", n_symbols), ("min_len", min_len), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}.")
+            check_positive_int(value, name)
         if min_len > max_len:
             raise ValueError(
                 f"min_len must not exceed max_len, got min_len={min_len}, max_len={max_len}; "
@@ -85,7 +100,7 @@ class ReversalTask:
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Seq2SeqBatch:
         """A batch of random sources of random lengths, drawn from ``generator``."""
-        _check_positive(batch_size, "batch_size")
+        check_positive_int(batch_size, "batch_size")
         return self.make_batch(self._draw_sources(batch_size, generator))
 
     def training_strings(self, batch_size: int, steps: int, seed: int = 0) -> set[tuple[int, ...]]:
@@ -94,8 +109,8 @@ class ReversalTask:
         (Lesson 10, §4.) Replays the training stream without training, so that a test set can
         leave out every string the model was trained on. Sources are tuples of ids, unpadded.
         """
-        _check_positive(batch_size, "batch_size")
-        _check_positive(steps, "steps")
+        check_positive_int(batch_size, "batch_size")
+        check_positive_int(steps, "steps")
         seen: set[tuple[int, ...]] = set()
         stream = self.batches(batch_size, seed=seed)
         for _ in range(steps):
@@ -115,7 +130,7 @@ class ReversalTask:
         ``exclude`` (for instance :meth:`training_strings`) and not already kept. Lengths the
         excluded set covers densely therefore become rare in the result.
         """
-        _check_positive(n, "n")
+        check_positive_int(n, "n")
         excluded = sum(
             1 for s in exclude
             if self.min_len <= len(s) <= self.max_len
@@ -148,11 +163,6 @@ class ReversalTask:
                 f"vocab_size={self.vocab_size})")
 
 
-def _check_positive(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}.")
-
-
 def sources_of(batch: Seq2SeqBatch) -> list[tuple[int, ...]]:
     """The unpadded sources of a batch, as tuples of ids (Lesson 10, §4)."""
     return [tuple(row[:m]) for row, m in zip(batch.src_ids.tolist(), batch.lengths.tolist())]
@@ -175,3 +185,93 @@ def exact_match(generated: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.pad(x, (0, t - x.shape[1]), value=PAD)  # (b, t)
 
     return (padded(generated) == padded(tgt_out)).all(dim=1)
+
+
+# ---------------------------------------------------------------------------
+# What the keys and values cost (§5)
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class KVCount:
+    """What one attention layer's W_K did: how often it ran, and how many positions it projected.
+
+    W_V always runs with W_K, on the same positions, so one count stands for both.
+    """
+
+    calls: int = 0
+    positions: int = 0  # rows of the batch: b * n_kv per call
+
+
+@contextmanager
+def counting_kv_projections(model: EncoderDecoderModel) -> Iterator[list[tuple[KVCount, KVCount]]]:
+    """Inside the ``with``, count every decoder block's key projections (Lesson 10, §5).
+
+    Yields one ``(self_attention, cross_attention)`` pair of :class:`KVCount` per decoder
+    block; they grow as the model runs. The counting is a forward hook on each layer's W_K
+    (``w_k``): it runs whenever keys are computed, and not when the decoder's
+    :class:`encoderlab.attention.KVCache` hands back stored ones. The hooks are removed on
+    leaving the ``with``, also after an error.
+    """
+    if not isinstance(model, EncoderDecoderModel):
+        raise ValueError(
+            f"model must be an EncoderDecoderModel, got {type(model).__name__}. The counts "
+            "come from the decoder blocks' attention layers."
+        )
+    counts = [(KVCount(), KVCount()) for _ in model.blocks]
+
+    def counter(count: KVCount):
+        def count_call(module, inputs, output):
+            source = inputs[0]  # (b, n_kv, d): the positions projected by W_K
+            count.calls += 1
+            count.positions += source.shape[0] * source.shape[1]
+        return count_call
+
+    handles = []
+    for block, (self_count, cross_count) in zip(model.blocks, counts):
+        handles.append(block.self_attention.w_k.register_forward_hook(counter(self_count)))
+        handles.append(block.cross_attention.w_k.register_forward_hook(counter(cross_count)))
+    try:
+        yield counts
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def kv_positions_per_step(
+    model: EncoderDecoderModel,
+    src_ids: torch.Tensor,  # (b, n_src)
+    src_mask: torch.Tensor | None = None,  # (b, n_src)
+    max_new_tokens: int = 20,
+    use_cache: bool = True,
+) -> list[dict]:
+    """Positions projected to keys and values at every step of greedy decoding (Lesson 10, §5).
+
+    Runs ``model.generate`` inside :func:`counting_kv_projections` and reads, after each
+    decoding step, the positions every decoder block's self- and cross-attention sent
+    through W_K and W_V (rows of the batch). Returns one dict per step:
+    ``{"step": t, "self": [per block], "cross": [per block]}``, t counted from 1.
+    For one sequence of n_src tokens the formula is: with the cache, self 1 and
+    cross n_src at step 1, then self 1 and cross 0; without it, self t and cross
+    n_src at every step t.
+    """
+    with counting_kv_projections(model) as counts:
+
+        def totals() -> tuple[list[int], list[int]]:
+            return [s.positions for s, _ in counts], [c.positions for _, c in counts]
+
+        before = [totals()]  # the counts before the first step, then after every step
+        # lm_head runs once per decoding step, after every block: read the counts there.
+        hook = model.lm_head.register_forward_hook(lambda *_: before.append(totals()))
+        try:
+            model.generate(src_ids, src_mask, max_new_tokens=max_new_tokens, use_cache=use_cache)
+        finally:
+            hook.remove()
+    steps = []
+    for t, ((s0, c0), (s1, c1)) in enumerate(zip(before, before[1:]), start=1):
+        steps.append({
+            "step": t,
+            "self": [b - a for a, b in zip(s0, s1)],
+            "cross": [b - a for a, b in zip(c0, c1)],
+        })
+    return steps

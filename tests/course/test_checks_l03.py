@@ -1,4 +1,4 @@
-"""The exercise checkers accept the reference and name each usual mistake (Lesson 3's exercises)."""
+"""Lesson 3's checkers: check_attention, check_causal_mask and check_padding_mask."""
 
 import math
 

@@ -1,104 +1,12 @@
-"""Lesson 4's additions to the shared modules: its figures (plotting) and its checkers (checks)."""
+"""Lesson 4's checkers: check_parameter_count and check_layer_norm."""
 
-from __future__ import annotations
+import pytest
+import torch
+from torch.nn import functional as F
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import math  # noqa: E402
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
-
-from encoderlab.course import plotting  # noqa: E402
-from encoderlab.course.checks import CheckFailed, check_layer_norm, check_parameter_count  # noqa: E402
-from encoderlab.encoder import EncoderConfig, count_parameters  # noqa: E402
-from encoderlab.lessons import l04_inspect_stack as inspect_stack  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
-# --- Plotting -----------------------------------------------------------------------------------
-
-
-def test_attention_heads_draws_one_panel_per_head_on_one_scale():
-    a = torch.softmax(torch.randn(6, 5, 5), dim=-1)
-    fig = plotting.attention_heads(a[None], tokens=list("abcde"), ncols=4)
-    assert isinstance(fig, Figure)
-    panels = [ax for ax in fig.axes if ax.get_visible() and ax.images]
-    assert len(panels) == 6
-    assert {ax.images[0].get_clim() for ax in panels} == {(0.0, float(a.max()))}
-    assert sum(not ax.get_visible() for ax in fig.axes) == 2  # the empty slots of a 2 x 4 grid
-    with pytest.raises(ValueError, match=r"shape \(h, n, n\)"):
-        plotting.attention_heads(torch.rand(2, 3, 4, 4))
-    with pytest.raises(ValueError, match="6 heads but 2 titles"):
-        plotting.attention_heads(a, titles=["x", "y"])
-
-
-def test_layer_head_map_writes_every_value():
-    values = torch.rand(3, 4)
-    ax = plotting.layer_head_map(values, vmax=1.0, title="on [CLS]")
-    assert isinstance(ax, Axes)
-    texts = [t.get_text() for t in ax.texts if t.get_gid() == "value"]
-    assert len(texts) == 12 and texts[0] == f"{float(values[0, 0]):.2f}"
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "2", "3"]
-    assert ax.images[0].get_clim() == (0.0, 1.0)
-    with pytest.raises(ValueError, match=r"\(layers, heads\) table"):
-        plotting.layer_head_map(torch.rand(2, 3, 4))
-
-
-def test_parameter_bars_show_shares_of_each_total():
-    small = inspect_stack.parameter_breakdown(EncoderConfig())
-    big = inspect_stack.parameter_breakdown(
-        EncoderConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072, norm="pre")
-    )
-    ax = plotting.parameter_bars({"MiniLM": small, "BERT-base, pre-LN": big})
-    labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels[:2] == ["token embeddings", "position embeddings"] and "final LayerNorm" in labels
-    widths = [p.get_width() for p in ax.patches]
-    assert math.isclose(sum(widths[: len(labels)]), 100.0)  # the first model's shares
-    assert math.isclose(sum(widths[len(labels):]), 100.0)
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend[0] == f"MiniLM: {count_parameters(EncoderConfig()):,} parameters"
-    with pytest.raises(ValueError, match="at least one model"):
-        plotting.parameter_bars({})
-
-
-def test_norms_by_layer_boxes_and_marks():
-    norms = torch.rand(4, 30) * 10
-    ax = plotting.norms_by_layer(norms, marks={"[CLS]": norms[:, 0]})
-    assert [t.get_text() for t in ax.get_xticklabels()][1:] == ["1", "2", "3"]
-    assert np.allclose(ax.lines[-1].get_ydata(), norms[:, 0].numpy())
-    with pytest.raises(ValueError, match=r"one value per depth, shape \(4,\)"):
-        plotting.norms_by_layer(norms, marks={"[SEP]": [1.0, 2.0]})
-    with pytest.raises(ValueError, match="residual_norms"):
-        plotting.norms_by_layer(torch.rand(5))
-
-
-def test_depth_curves_style_theory_and_measured():
-    ax = plotting.depth_curves(
-        {"post-LN": [1.0, 2.0, 3.0], "theory: 1/sqrt(L)": [1.0, 0.7, 0.5]},
-        x=[2, 4, 8], logx=True, logy=True,
-    )
-    measured, theory = ax.lines[0], ax.lines[1]
-    assert measured.get_marker() == plotting.MARKERS["measured"]
-    assert theory.get_linestyle() == ":" and theory.get_marker() in ("None", None, "")
-    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    with pytest.raises(ValueError, match="has 2 values but x has 3"):
-        plotting.depth_curves({"a": [1, 2]}, x=[1, 2, 3])
-    with pytest.raises(ValueError, match="at least one series"):
-        plotting.depth_curves({})
-
+from encoderlab.course.checks import CheckFailed, check_layer_norm, check_parameter_count
+from encoderlab.encoder import count_parameters
+from encoderlab.lessons import l04_inspect_stack as inspect_stack
 
 # --- check_parameter_count: wrong answers a learner might write --------------------------------
 

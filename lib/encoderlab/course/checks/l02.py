@@ -1,0 +1,312 @@
+"""Lesson 2's checkers: greedy longest-match WordPiece for one word (§2), and framing a text or a
+pair with [CLS]/[SEP] and segment ids (§4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache, partial
+
+import torch
+
+from encoderlab.course.checks.harness import CheckFailed, Exercise, run, short_value
+from encoderlab.tokenizer import UNK, WordPieceTokenizer, wordpiece
+from encoderlab.validate import is_int
+
+__all__ = ["check_wordpiece", "check_build_inputs"]
+
+# --- WordPiece for one word (Lesson 2, §2) -----------------------------------------------------
+
+# A small vocabulary in which each usual mistake gives a different answer: "una" and "##ffa"
+# beat "un" and "##aff" only under longest match, every letter of "unaffable" also exists alone,
+# and a few pieces exist both with and without "##".
+_WP_VOCAB = frozenset(
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+     "u", "un", "una", "a", "able", "ble", "f", "to", "token", "t", "k", "e", "n", "i", "s",
+     "##n", "##a", "##aff", "##ffa", "##f", "##able", "##ble", "##b", "##l", "##e", "##s",
+     "##o", "##k", "##en", "##ken", "##i", "##iz", "##ization", "##ation", "##at", "##ion",
+     "##t", "##z", "##u", "##un"]
+)  # fmt: skip
+
+
+def _wordpiece_variant(word, vocab, *, longest=True, lookup_prefix="##", keep_prefix=True,
+                       on_fail="unk", max_chars=100):
+    """WordPiece with one switch turned: each non-default switch is a known mistake."""
+    if max_chars is not None and len(word) > max_chars:
+        return [UNK]
+    pieces, start = [], 0
+    while start < len(word):
+        ends = range(len(word), start, -1) if longest else range(start + 1, len(word) + 1)
+        piece = None
+        for end in ends:
+            candidate = word[start:end] if start == 0 else lookup_prefix + word[start:end]
+            if candidate in vocab:
+                piece = candidate
+                break
+        if piece is None:
+            if on_fail == "unk":
+                return [UNK]
+            if on_fail == "partial":
+                return pieces
+            if on_fail == "char_unk":
+                pieces.append(UNK)
+            start += 1  # "char_unk" and "skip" go on after the character
+            continue
+        if start > 0 and not keep_prefix:
+            piece = piece.removeprefix(lookup_prefix)
+        pieces.append(piece)
+        start = end
+    return pieces
+
+
+_WORDPIECE_MISTAKES = [
+    ("you take the shortest piece that is in the vocabulary; WordPiece is greedy longest-match: "
+     "from each position try the longest remaining substring first and shorten it one "
+     "character at a time until the vocabulary has it.",
+     partial(_wordpiece_variant, longest=False)),
+    ("you look up the pieces after the first without the '##' prefix: inside a word, the "
+     "vocabulary stores continuations as '##' + piece, so look up '##' + word[start:end] "
+     "whenever start > 0 (and return it with its '##').",
+     partial(_wordpiece_variant, lookup_prefix="")),
+    ("your pieces after the first lack their '##' prefix: you find '##' + piece in the "
+     "vocabulary but return the piece without it; keep the '##', it is how a continuation is "
+     "told apart from a word of its own.",
+     partial(_wordpiece_variant, keep_prefix=False)),
+    ("when no piece fits at some position you return the pieces found so far; the whole word "
+     "must become ['[UNK]'] instead (no partial answer).",
+     partial(_wordpiece_variant, on_fail="partial")),
+    ("when no piece fits you put '[UNK]' for that one character and go on; the whole word must "
+     "become ['[UNK]'], a single piece.",
+     partial(_wordpiece_variant, on_fail="char_unk")),
+    ("when no piece fits you skip the character and go on; the whole word must become "
+     "['[UNK]'] instead.",
+     partial(_wordpiece_variant, on_fail="skip")),
+    ("a word longer than 100 characters must be ['[UNK]'] without trying to split it, but yours "
+     "splits it: check len(word) > 100 first.",
+     partial(_wordpiece_variant, max_chars=None)),
+    ("a word of exactly 100 characters is still split; only words longer than 100 characters "
+     "(len(word) > 100) are ['[UNK]'] at once.",
+     partial(_wordpiece_variant, max_chars=99)),
+]
+
+
+def _wordpiece_cases() -> list[tuple]:
+    """(word, vocab) cases: chosen words first, then random words over the vocabulary's pieces."""
+    chosen = [
+        "unaffable",  # longest: una ##ffa ##ble; shortest: u ##n ##a ##f ##f ##a ##b ##l ##e
+        "tokenization",  # token ##ization
+        "tokens",
+        "a",
+        "unxable",  # 'x' is nowhere in the vocabulary: the whole word is [UNK]
+        "unaffablex",
+        "xun",  # nothing fits at the very start
+        "un" + "a" * 98,  # 100 characters: still split
+        "un" + "a" * 99,  # 101 characters: [UNK] at once
+    ]
+    g = torch.Generator().manual_seed(2)
+    starts = sorted(p for p in _WP_VOCAB if not p.startswith("[") and not p.startswith("##"))
+    continues = sorted(p[2:] for p in _WP_VOCAB if p.startswith("##"))
+    randoms = []
+    for _ in range(12):
+        parts = [starts[int(torch.randint(len(starts), (1,), generator=g))]]
+        for _ in range(int(torch.randint(1, 4, (1,), generator=g))):
+            parts.append(continues[int(torch.randint(len(continues), (1,), generator=g))])
+        if float(torch.rand(1, generator=g)) < 0.25:  # a letter the vocabulary lacks
+            parts.insert(int(torch.randint(1, len(parts) + 1, (1,), generator=g)), "q")
+        randoms.append("".join(parts))
+    return [(word, set(_WP_VOCAB)) for word in chosen + randoms]
+
+
+def _short_word(word: str) -> str:
+    return repr(word) if len(word) <= 30 else f"{word[:12]!r}… ({len(word)} characters)"
+
+
+def _pieces_of(result, where, word, vocab) -> list[str]:
+    """The learner's answer as a list of str, or a CheckFailed saying what to return."""
+    if isinstance(result, str):
+        raise CheckFailed(
+            f"your function returned the str {result!r} for {where}; return a list of pieces, "
+            f"e.g. ['token', '##ization'], and ['{UNK}'] for an unknown word."
+        )
+    if not isinstance(result, (list, tuple)):
+        raise CheckFailed(
+            f"your function returned a {type(result).__name__} for {where}; "
+            "return a list of str pieces."
+        )
+    if not all(isinstance(p, str) for p in result):
+        raise CheckFailed(
+            f"your function returned {list(result)[:6]} for {where}: the "
+            "pieces must be strings such as '##ization', not ids."
+        )
+    return list(result)
+
+
+def _first_wrong_split(attempt) -> str:
+    first = attempt.first
+    return (
+        f"for {attempt.where(first)} your pieces are {attempt.answers[first]}, but greedy "
+        f"longest-match gives {attempt.references[first]}; compare your loop with "
+        "encoderlab.tokenizer.wordpiece_trace, which records every lookup."
+    )
+
+
+def _equal(a, b) -> bool:
+    return a == b
+
+
+_WORDPIECE = Exercise(
+    title="WordPiece",
+    cases=_wordpiece_cases,
+    answer=_pieces_of,
+    reference=wordpiece,
+    describe=lambda word, vocab: f"the word {_short_word(word)}",
+    same=_equal,
+    mistakes=_WORDPIECE_MISTAKES,
+    fallback=_first_wrong_split,
+)
+
+
+def check_wordpiece(fn: Callable) -> bool:
+    """Check ``fn(word, vocab)``, greedy longest-match WordPiece for one word (Lesson 2, §2).
+
+    ``vocab`` is a set of str (``piece in vocab`` is all a solution needs). The answer is a list
+    of pieces, ``##`` on every piece after the first, or ``['[UNK]']`` when the word cannot be
+    split or has more than 100 characters.
+    """
+    return run(_WORDPIECE, fn)
+
+
+# --- [CLS] A [SEP] B [SEP] and the segment ids (Lesson 2, §4) ---------------------------------
+
+_CLS_ID, _SEP_ID = 101, 102  # BERT's ids, which the exercise gives the learner
+
+
+@cache
+def _bert_layout_tokenizer() -> WordPieceTokenizer:
+    """A tokenizer whose special tokens have BERT's ids: [PAD] 0, [UNK] 100, [CLS] 101, ..."""
+    unused = [f"[unused{i}]" for i in range(99)]  # ids 1..99, as in BERT's vocab.txt
+    tokens = ["[PAD]", *unused, "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    return WordPieceTokenizer(tokens)
+
+
+def _framed(a, b=None, *, cls=True, middle_sep=True, final_sep=True, first_sep_segment=0,
+            last_sep_segment=1, offset=0, cls_id=_CLS_ID, sep_id=_SEP_ID):
+    """[CLS] A [SEP] (B [SEP]) with one switch turned: each non-default switch is a mistake."""
+    ids, types = ([cls_id], [0]) if cls else ([], [])
+    ids, types = ids + list(a), types + [0] * len(a)
+    if b is None:
+        if final_sep:
+            ids, types = ids + [sep_id], types + [0]
+        return ids, [t + offset for t in types]
+    if middle_sep:
+        ids, types = ids + [sep_id], types + [first_sep_segment]
+    ids, types = ids + list(b), types + [1] * len(b)
+    if final_sep:
+        ids, types = ids + [sep_id], types + [last_sep_segment]
+    return ids, [t + offset for t in types]
+
+
+_BUILD_MISTAKES = [
+    ("your sequence does not start with [CLS] (id 101); every input, one text or a pair, "
+     "begins with it: [CLS] A [SEP] or [CLS] A [SEP] B [SEP].",
+     partial(_framed, cls=False)),
+    ("your pair has no [SEP] between the two texts: [CLS] A [SEP] B [SEP], a [SEP] after each "
+     "text.",
+     partial(_framed, middle_sep=False)),
+    ("your sequence does not end with [SEP] (id 102): one text is [CLS] A [SEP], a pair "
+     "[CLS] A [SEP] B [SEP].",
+     partial(_framed, final_sep=False)),
+    ("[CLS] and [SEP] are swapped: [CLS] is id 101 and goes first, [SEP] is id 102 and closes "
+     "each text.",
+     partial(_framed, cls_id=_SEP_ID, sep_id=_CLS_ID)),
+    ("the first [SEP] is in segment 1 in your answer; it closes text A, so it belongs to "
+     "segment 0: s_i = 0 from [CLS] up to and including the first [SEP].",
+     partial(_framed, first_sep_segment=1)),
+    ("the last [SEP] is in segment 0 in your answer; it closes text B, so it belongs to "
+     "segment 1: s_i = 1 for B and its [SEP].",
+     partial(_framed, last_sep_segment=0)),
+    ("your segment ids are 1 and 2; they are 0 for the first text (with [CLS] and its [SEP]) and "
+     "1 for the second: the segment embedding table has 2 rows, indexed 0 and 1.",
+     partial(_framed, offset=1)),
+]
+
+
+def _build_cases() -> list[tuple]:
+    """(ids_a, ids_b) cases with ids that are not special: single texts, pairs, empty texts."""
+    g = torch.Generator().manual_seed(3)
+    cases = [
+        ([2023, 2003, 2019], None),
+        ([7592, 1010, 2088], [2129, 2024, 2017, 1029]),
+        ([2498], [3042]),
+        ([], None),
+        ([], [2054, 2003]),
+        ([1996, 2924], []),
+    ]
+    for with_pair in (False, True, True, False, True):
+        n_a, n_b = (int(x) for x in torch.randint(1, 9, (2,), generator=g))
+        a = torch.randint(1000, 30000, (n_a,), generator=g).tolist()
+        b = torch.randint(1000, 30000, (n_b,), generator=g).tolist() if with_pair else None
+        cases.append((a, b))
+    return cases
+
+
+def _int_list(value, what: str, where: str) -> list[int]:
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
+        raise CheckFailed(f"{what} must be a list of ints (on {where}), got {short_value(value)}.")
+    return list(value)
+
+
+def _framing_answer(result, where, a, b) -> tuple[list[int], list[int]]:
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise CheckFailed(
+            f"your function returned {short_value(result)} on {where}; return a "
+            "pair (input_ids, token_type_ids), two lists of the same length."
+        )
+    ids = _int_list(result[0], "input_ids", where)
+    types = _int_list(result[1], "token_type_ids", where)
+    if set(ids) <= {0, 1} and _CLS_ID in types:
+        raise CheckFailed(
+            "your function returns (token_type_ids, input_ids); return them the other way "
+            "round: (input_ids, token_type_ids)."
+        )
+    if len(ids) != len(types):
+        raise CheckFailed(
+            f"your input_ids has {len(ids)} entries but token_type_ids {len(types)} on "
+            f"{where}; there is one segment id per token, [CLS] and [SEP] included."
+        )
+    return ids, types
+
+
+def _first_wrong_framing(attempt) -> str:
+    first = attempt.first
+    (ids, types), (ref_ids, ref_types) = attempt.answers[first], attempt.references[first]
+    what = "input_ids" if ids != ref_ids else "token_type_ids"
+    return (
+        f"on {attempt.where(first)} your {what} is {ids if ids != ref_ids else types}, but "
+        f"it should be {ref_ids if ids != ref_ids else ref_types} ([CLS] = 101, [SEP] = 102)."
+    )
+
+
+_FRAMING = Exercise(
+    title="[CLS]/[SEP] framing and segment ids",
+    cases=_build_cases,
+    arguments=lambda a, b: (list(a),) if b is None else (list(a), list(b)),
+    answer=_framing_answer,
+    reference=lambda a, b: tuple(_bert_layout_tokenizer().build_inputs(
+        list(a), None if b is None else list(b))),
+    describe=lambda a, b: f"ids_a={a}" + ("" if b is None else f", ids_b={b}"),
+    same=_equal,
+    mistakes=_BUILD_MISTAKES,
+    same_mistake=lambda mine, wrong: tuple(mine) == tuple(wrong),
+    fallback=_first_wrong_framing,
+)
+
+
+def check_build_inputs(fn: Callable) -> bool:
+    """Check ``fn(ids_a, ids_b=None)`` -> ``(input_ids, token_type_ids)`` (Lesson 2, §4).
+
+    One text: ``[CLS] A [SEP]``, every s_i = 0. A pair: ``[CLS] A [SEP] B [SEP]``, s_i = 0 up to
+    and including the first [SEP], 1 after it. [CLS] is 101 and [SEP] 102, as in BERT.
+    """
+    return run(_FRAMING, fn)

@@ -1,0 +1,341 @@
+"""Lesson 4's checkers: LayerNorm over the last axis (§2) and the parameter count of an encoder
+from its config (§5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from numbers import Integral
+
+import torch
+from torch.nn import functional as F
+
+from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, close, differs, run
+from encoderlab.encoder import EncoderConfig, count_parameters
+from encoderlab.lessons.l04_inspect_stack import parameter_breakdown
+
+__all__ = ["check_layer_norm", "check_parameter_count"]
+
+# --- LayerNorm (Lesson 4, §2) -------------------------------------------------------------------
+
+
+def _layer_norm_variant(x, gain, bias, eps, *, dims=(-1,), eps_where="inside", correction=0,
+                        center=True, affine="normal", power=0.5):
+    """LayerNorm with one switch turned: each non-default switch is a known mistake."""
+    x = x.double()
+    mean = x.mean(dim=dims, keepdim=True) if center in (True, "scale_only") else 0.0
+    if center == "rms":
+        var = x.pow(2).mean(dim=dims, keepdim=True)  # RMSNorm: no mean at all
+    else:
+        var = x.var(dim=dims, keepdim=True, correction=correction)
+    if eps_where == "inside":
+        denominator = (var + eps).pow(power)
+    elif eps_where == "outside":
+        denominator = var.pow(power) + eps
+    else:  # "none"
+        denominator = var.pow(power)
+    if center == "scale_only":  # divides by the std but never subtracts the mean
+        y = x / denominator
+    else:
+        y = (x - mean) / denominator
+    if affine == "normal":
+        return y * gain.double() + bias.double()
+    if affine == "swapped":
+        return y * bias.double() + gain.double()
+    if affine == "bias_only":
+        return y + bias.double()
+    if affine == "gain_only":
+        return y * gain.double()
+    return y  # "none"
+
+
+_LAYER_NORM_MISTAKES = [
+    ("you normalise over the sequence axis (dim=-2); LayerNorm normalises each token's vector "
+     "on its own, over the last axis (dim=-1, the d features).",
+     partial(_layer_norm_variant, dims=(-2,))),
+    ("you normalise over the first axis (dim=0); LayerNorm normalises each token's vector on its "
+     "own, over the last axis (dim=-1, the d features).",
+     partial(_layer_norm_variant, dims=(0,))),
+    ("you normalise with one mean and variance for the whole tensor; LayerNorm takes them per "
+     "token, over the last axis only (dim=-1, keepdim=True).",
+     lambda x, gain, bias, eps: _layer_norm_variant(x, gain, bias, eps,
+                                                    dims=tuple(range(x.dim())))),
+    ("your variance is the unbiased one (divided by d - 1, torch.var's default); LayerNorm "
+     "divides by d: x.var(dim=-1, unbiased=False) or ((x - mean) ** 2).mean(dim=-1).",
+     partial(_layer_norm_variant, correction=1)),
+    ("you leave eps out: a token whose d values are all equal has variance 0 and gives 0/0 = "
+     "NaN, and small-variance tokens blow up. Divide by sqrt(var + eps).",
+     partial(_layer_norm_variant, eps_where="none")),
+    ("you add eps outside the square root, sqrt(var) + eps; LayerNorm uses sqrt(var + eps) "
+     "(it matters for tokens of small variance).",
+     partial(_layer_norm_variant, eps_where="outside")),
+    ("you divide by the variance; divide by the standard deviation, sqrt(var + eps).",
+     partial(_layer_norm_variant, power=1.0)),
+    ("you never subtract the mean; LayerNorm centres each token's vector first: x - x.mean(-1).",
+     partial(_layer_norm_variant, center="scale_only")),
+    ("that is RMSNorm (x / sqrt(mean(x**2) + eps), used by many later models), not LayerNorm: "
+     "subtract the mean and divide by the standard deviation.",
+     partial(_layer_norm_variant, center="rms")),
+    ("you return the normalised vector without the learned gain and bias: multiply by gain and "
+     "add bias at the end.",
+     partial(_layer_norm_variant, affine="none")),
+    ("you swapped gain and bias: the output is normalised * gain + bias.",
+     partial(_layer_norm_variant, affine="swapped")),
+    ("you add the bias but never use the gain: multiply the normalised vector by gain, then "
+     "add bias (normalised * gain + bias).",
+     partial(_layer_norm_variant, affine="bias_only")),
+    ("you multiply by the gain but never add the bias: the output is normalised * gain + bias.",
+     partial(_layer_norm_variant, affine="gain_only")),
+]
+
+
+def _layer_norm_cases() -> list[tuple]:
+    """(x, gain, bias, eps): random tokens, a constant token, a small-variance token, small d."""
+    g = torch.Generator().manual_seed(4)
+
+    def randn(*shape, scale=1.0, shift=0.0):
+        return torch.randn(*shape, generator=g) * scale + shift
+
+    cases = []
+    shapes = [((2, 5, 8), 1e-5), ((3, 16), 1e-12), ((1, 6, 4), 1e-5), ((2, 3, 4, 6), 1e-5)]
+    for shape, eps in shapes:
+        x = randn(*shape, scale=2.0, shift=0.5)
+        d = shape[-1]
+        cases.append((x, randn(d, scale=0.5, shift=1.0), randn(d, scale=0.3), eps))
+    x = randn(2, 4, 8, scale=3.0, shift=-1.0)
+    x[0, 1] = 2.5  # a constant token: variance 0, only eps keeps it finite
+    x[1, 2] = randn(8, scale=1e-3)  # variance ~1e-6, comparable to eps = 1e-5
+    cases.append((x, randn(8, scale=0.5, shift=1.0), randn(8, scale=0.3), 1e-5))
+    return cases
+
+
+def _layer_norm_answer(result, where, x, gain, bias, eps) -> torch.Tensor:
+    out = as_tensor(result, "the normalised tensor, with the shape of x")
+    if tuple(out.shape) != tuple(x.shape):
+        raise CheckFailed(
+            f"your output has shape {tuple(out.shape)} but x has shape {tuple(x.shape)} (on "
+            f"{where}); LayerNorm keeps the shape: keep the reduced axis with keepdim=True."
+        )
+    return out.double()
+
+
+def _layer_norm_fallback(attempt) -> str:
+    with_nan = [k for k in attempt.wrong if torch.isnan(attempt.answers[k]).any()]
+    if with_nan:
+        return (
+            f"your output has NaN on {attempt.where(with_nan[0])}, where the "
+            "reference has none: a token of constant values has variance 0; add eps inside the "
+            "square root."
+        )
+    return differs(
+        attempt, "output", "(x - mean) / sqrt(var + eps) * gain + bias",
+        "compare it step by step with torch.nn.functional.layer_norm(x, (d,), gain, bias, eps).",
+    )
+
+
+_LAYER_NORM = Exercise(
+    title="LayerNorm",
+    cases=_layer_norm_cases,
+    arguments=lambda x, gain, bias, eps: (x.clone(), gain.clone(), bias.clone(), eps),
+    answer=_layer_norm_answer,
+    reference=lambda x, gain, bias, eps: F.layer_norm(
+        x.double(), (x.shape[-1],), gain.double(), bias.double(), eps),
+    describe=lambda x, gain, bias, eps: (
+        f"x {tuple(x.shape)}, gain and bias ({gain.shape[0]},), eps={eps:g}"),
+    same=close,
+    mistakes=_LAYER_NORM_MISTAKES,
+    fallback=_layer_norm_fallback,
+)
+
+
+def check_layer_norm(fn: Callable) -> bool:
+    """Check ``fn(x, gain, bias, eps)``, LayerNorm over the last axis of ``x`` (Lesson 4, §2).
+
+    The reference is ``torch.nn.functional.layer_norm(x, (d,), gain, bias, eps)``: the mean and
+    the biased variance of each token's d values, ``(x - mean) / sqrt(var + eps) * gain + bias``.
+    """
+    return run(_LAYER_NORM, fn)
+
+
+# --- The parameter count (Lesson 4, §5) ------------------------------------------------------
+
+
+def _count_variant(
+    c, *, biases=True, layer_norm=2, positions=True, segments=True, attention_matrices=4,
+    times_heads=False, d_ff=None, pooler="config", final_norm="config", blocks="L",
+    embeddings=True, mlp_matrices=2,
+):
+    """The parameter count with one switch turned: each non-default switch is a known mistake."""
+    d, V, L, h = c.d_model, c.vocab_size, c.n_layers, c.n_heads
+    f = c.d_ff if d_ff is None else d_ff(c)
+    bias = 1 if biases else 0
+    ln = layer_norm * d  # one LayerNorm: gain and bias, 2d
+    emb = V * d + (c.n_max * d if positions else 0) + (c.n_segments * d if segments else 0) + ln
+    attention = attention_matrices * (d * d + bias * d) * (h if times_heads else 1)
+    mlp = (d * f + bias * f) + ((f * d + bias * d) if mlp_matrices == 2 else 0)
+    block = attention + mlp + 2 * ln
+    n_blocks = {"L": L, "one": 1}[blocks]
+    has_pooler = c.pooler if pooler == "config" else pooler
+    has_final = (c.norm == "pre") if final_norm == "config" else final_norm
+    return (
+        (emb if embeddings else 0)
+        + n_blocks * block
+        + (ln if has_final else 0)
+        + ((d * d + bias * d) if has_pooler else 0)
+    )
+
+
+_COUNT_MISTAKES = [
+    ("you left out the biases: every nn.Linear (W_Q, W_K, W_V, W_O, both MLP layers, the pooler) "
+     "also has a bias vector of its output width.",
+     partial(_count_variant, biases=False)),
+    ("you left out the LayerNorms: each has a gain and a bias of d numbers, one after the "
+     "embeddings and two in every block (plus a final one in a pre-LN stack).",
+     partial(_count_variant, layer_norm=0)),
+    ("you count d parameters per LayerNorm, but each has two vectors of d: a gain and a bias.",
+     partial(_count_variant, layer_norm=1)),
+    ("you left out the position embeddings, a learned table of n_max x d.",
+     partial(_count_variant, positions=False)),
+    ("you left out the segment embeddings, a table of n_segments x d (s_i in {0, 1}).",
+     partial(_count_variant, segments=False)),
+    ("you left out the position and segment embeddings: the input H^(0) adds three tables "
+     "(token V x d, position n_max x d, segment n_segments x d).",
+     partial(_count_variant, positions=False, segments=False)),
+    ("you count only the token embeddings' table and the blocks' weights, not the embedding "
+     "side's other parameters (position and segment tables, embedding LayerNorm).",
+     partial(_count_variant, positions=False, segments=False, layer_norm=0)),
+    ("you count three attention matrices (W_Q, W_K, W_V); there is a fourth, W_O, which mixes "
+     "the concatenated heads, d x d with its bias.",
+     partial(_count_variant, attention_matrices=3)),
+    ("you multiply the attention parameters by the number of heads, but the h heads share the "
+     "d x d matrices: each head owns d_k = d / h of their columns, so W_Q, W_K, W_V, W_O are "
+     "d x d in total.",
+     partial(_count_variant, times_heads=True)),
+    ("you assume the MLP is 4d wide; use config.d_ff, which need not be 4 * d_model.",
+     partial(_count_variant, d_ff=lambda c: 4 * c.d_model)),
+    ("your MLP has one matrix; it has two: up (d -> d_ff) and down (d_ff -> d), each with "
+     "a bias.",
+     partial(_count_variant, mlp_matrices=1)),
+    ("you forgot the pooler (d x d plus a bias) when config.pooler is True.",
+     partial(_count_variant, pooler=False)),
+    ("you count a pooler even when config.pooler is False.",
+     partial(_count_variant, pooler=True)),
+    ("you forgot the final LayerNorm (2d) that a pre-LN stack (config.norm == 'pre') adds "
+     "after its last block.",
+     partial(_count_variant, final_norm=False)),
+    ("you add a final LayerNorm for a post-LN stack too; only pre-LN stacks have one "
+     "(config.norm == 'pre').",
+     partial(_count_variant, final_norm=True)),
+    ("you count one block; the stack has config.n_layers of them, each with its own weights.",
+     partial(_count_variant, blocks="one")),
+    ("you count only the blocks (and pooler); the embeddings hold parameters too, often the "
+     "largest part (the token table alone is V x d).",
+     partial(_count_variant, embeddings=False)),
+]
+
+
+def _count_pieces(c) -> list[tuple[str, int]]:
+    """Named pieces smaller than a part of parameter_breakdown, for the checker's hints."""
+    d, f, L = c.d_model, c.d_ff, c.n_layers
+    n_norms = 2 * L + 1 + (c.norm == "pre")  # LayerNorms: two per block, embeddings, final
+    pieces = [
+        ("the biases of the blocks' six linear layers, L (4d + d_ff + d)", L * (4 * d + f + d)),
+        ("the biases of the blocks' attention projections, L 4d", L * 4 * d),
+        ("the biases of the blocks' MLP layers, L (d_ff + d)", L * (f + d)),
+        ("the biases of the MLP's first layer, L d_ff", L * f),
+        ("one vector of d per LayerNorm (the gain or the bias)", n_norms * d),
+    ]
+    if c.pooler:
+        pieces.append(("the biases of the blocks and of the pooler, L (4d + d_ff + d) + d",
+                       L * (4 * d + f + d) + d))
+        pieces.append(("the pooler's bias, d", d))
+    return pieces
+
+
+def _count_cases() -> list[tuple]:
+    """(config,) cases: MiniLM, BERT-base, pre-LN, no pooler, d_ff != 4d, one segment, ..."""
+    minilm = EncoderConfig()
+    bert_base = EncoderConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072)
+    tiny = EncoderConfig(vocab_size=100, d_model=16, n_heads=2, n_layers=2, d_ff=64, n_max=32)
+    return [
+        (minilm,),
+        (bert_base,),
+        (replace(tiny, norm="pre"),),
+        (replace(tiny, pooler=False),),
+        (replace(tiny, d_ff=40, n_heads=4, n_layers=3),),
+        (replace(tiny, norm="pre", pooler=False, n_segments=1, n_max=7),),
+        (EncoderConfig(vocab_size=1000, d_model=48, n_heads=3, n_layers=5, d_ff=100, n_max=64,
+                       n_segments=3),),
+    ]
+
+
+def _describe_config(c) -> str:
+    return (f"EncoderConfig(vocab_size={c.vocab_size}, d_model={c.d_model}, n_heads={c.n_heads}, "
+            f"n_layers={c.n_layers}, d_ff={c.d_ff}, n_max={c.n_max}, n_segments={c.n_segments}, "
+            f"norm={c.norm!r}, pooler={c.pooler})")
+
+
+def _as_count(value, where, config) -> int:
+    """A whole number: an int (numpy's too), a whole float, or a one-element integer tensor."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value.item())
+    if isinstance(value, bool) or not isinstance(value, (Integral, float)):
+        raise CheckFailed(
+            f"your function returned a {type(value).__name__} on {where}; return the count as "
+            "an int."
+        )
+    if isinstance(value, float) and not value.is_integer():
+        raise CheckFailed(
+            f"your function returned {value} on {where}, which is not a whole number: a "
+            "parameter count is an int (use // for any division, e.g. d_k = d // h)."
+        )
+    return int(value)
+
+
+def _count_fallback(attempt) -> str:
+    """How far off, and which part or smaller piece of the model that difference is."""
+    i = attempt.first
+    mine, right = attempt.answers, attempt.references
+    (config,) = attempt.cases[i]
+    difference = right[i] - mine[i]
+    verb = "left out" if difference > 0 else "counted twice"
+    same_size = [name for name, size in parameter_breakdown(config).items()
+                 if size == abs(difference)]
+    hint = (f" That is exactly the size of the {same_size[0]} part, which you {verb}."
+            if same_size else "")
+    # pieces smaller than a part (some of the biases, the gains, ...), on every wrong case
+    pieces = [name for name, size in _count_pieces(config)
+              if all(abs(right[k] - mine[k]) == dict(_count_pieces(attempt.cases[k][0]))[name]
+                     for k in attempt.wrong)]
+    if pieces:
+        also = f" (or the {same_size[0]} part)" if same_size else ""
+        hint = f" On every case checked, that is exactly {pieces[0]}{also}, which you {verb}."
+    return (
+        f"your count is {mine[i]:,} but EncoderModel has {right[i]:,} parameters for "
+        f"{_describe_config(config)}: {'short' if difference > 0 else 'over'} by "
+        f"{abs(difference):,}.{hint} Compare part by part with "
+        "encoderlab.lessons.l04_inspect_stack.parameter_breakdown(config)."
+    )
+
+
+_COUNT = Exercise(
+    title="parameter count",
+    cases=_count_cases,
+    answer=_as_count,
+    reference=count_parameters,
+    describe=_describe_config,
+    same=lambda a, b: a == b,
+    mistakes=_COUNT_MISTAKES,
+    fallback=_count_fallback,
+)
+
+
+def check_parameter_count(fn: Callable) -> bool:
+    """Check ``fn(config) -> int``, the parameter count of ``EncoderModel(config)`` (Lesson 4, §5).
+
+    The cases include MiniLM, BERT-base, pre-LN stacks, stacks without a pooler and an MLP that
+    is not 4d wide; the usual omissions (biases, LayerNorms, position or segment tables, W_O, ...)
+    are named.
+    """
+    return run(_COUNT, fn)

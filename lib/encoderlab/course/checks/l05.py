@@ -1,0 +1,288 @@
+"""Lesson 5's checkers: BERT's corruption (§1: 15 %, then 80 / 10 / 10) and the loss on the
+chosen positions only (§1).
+
+The corruption is random, so its checker is not a comparison with a reference on fixed cases:
+it checks the rules that hold on every draw and the statistics of a large batch, one rule at a
+time, each with its own message. The loss is checked on cases like every other exercise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch.nn import functional as F
+
+from encoderlab.course.checks.harness import (
+    CheckFailed,
+    Exercise,
+    as_tensor,
+    call,
+    close,
+    name_of,
+    require_callable,
+    run,
+)
+from encoderlab.objectives import IGNORE_INDEX
+
+__all__ = ["check_mlm_corrupt", "check_masked_loss"]
+
+# --- The corruption (Lesson 5, §1) ------------------------------------------------------------
+
+_MLM_SPECIALS = (0, 1, 2, 3, 4)  # [PAD] [UNK] [CLS] [SEP] [MASK], as in data.CompactVocab
+_MLM_MASK_ID = 4
+_MLM_VOCAB = 1000
+
+
+def _mlm_batch(rows: int = 256, n: int = 96, seed: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """A large padded batch: [CLS] words [SEP] [PAD]..., with a few [UNK]s among the words."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, _MLM_VOCAB, (rows, n), generator=g)  # (rows, n): ordinary tokens
+    ids[torch.rand(rows, n, generator=g) < 0.03] = 1  # some [UNK]s: special, never chosen
+    lengths = torch.randint(12, n + 1, (rows,), generator=g)  # real tokens per row
+    mask = (torch.arange(n)[None, :] < lengths[:, None]).long()  # (rows, n)
+    ids[:, 0] = 2  # [CLS]
+    ids[torch.arange(rows), lengths - 1] = 3  # [SEP]
+    ids[mask == 0] = 0  # [PAD]
+    return ids, mask
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _corrupt_outputs(fn, ids, mask, seed: int, case: str, vocab_size: int = _MLM_VOCAB):
+    generator = torch.Generator().manual_seed(seed)
+    before = ids.clone()
+    result = call(fn, (ids, mask, _MLM_SPECIALS, vocab_size, _MLM_MASK_ID, generator), case)
+    if not torch.equal(ids, before):
+        raise CheckFailed("your function changed input_ids in place; work on a copy "
+                          "(inputs = input_ids.clone()) and return it.")
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise CheckFailed(f"your function returned a {type(result).__name__}; return the pair "
+                          "(inputs, labels), two (b, n) tensors.")
+    inputs = as_tensor(result[0], "inputs, a (b, n) tensor of token ids")
+    labels = as_tensor(result[1], "labels, a (b, n) tensor of token ids and -100")
+    for name, t in (("inputs", inputs), ("labels", labels)):
+        if tuple(t.shape) != tuple(ids.shape):
+            raise CheckFailed(f"your {name} have shape {tuple(t.shape)}; return one per position, "
+                              f"(b, n) = {tuple(ids.shape)}.")
+        if t.is_floating_point() or t.dtype == torch.bool:
+            raise CheckFailed(f"your {name} have dtype {t.dtype}; token ids and labels are "
+                              "integers (torch.long).")
+    return inputs.long(), labels.long()
+
+
+def check_mlm_corrupt(fn: Callable) -> bool:
+    """Check ``fn(input_ids, attention_mask, special_ids, vocab_size, mask_id, generator)``.
+
+    (Lesson 5, §1.) The function must return ``(inputs, labels)`` as
+    :func:`encoderlab.objectives.mlm_corrupt` does with p = 0.15. Being random, it is checked by
+    its statistics on a batch of 12,590 eligible positions (each share within five standard
+    errors of BERT's target) and by the rules that hold on every draw: specials and padding are
+    never chosen, labels are the original token where chosen and -100 elsewhere, unchosen
+    positions are untouched, random tokens are never special, and the same seed gives the same
+    result.
+    """
+    require_callable(fn)
+    ids, mask = _mlm_batch()
+    case = "a batch of 256 sentences (vocab_size=1000, special_ids=(0, 1, 2, 3, 4), mask_id=4)"
+    inputs, labels = _corrupt_outputs(fn, ids, mask, 0, case)
+    eligible = (mask == 1) & ~torch.isin(ids, torch.tensor(_MLM_SPECIALS))  # (b, n)
+    n_eligible = int(eligible.sum())
+    ignored = labels == IGNORE_INDEX
+    if not ignored.any():
+        zeros = float((labels == 0).float().mean())
+        if zeros > 0.5:
+            raise CheckFailed("your labels mark the positions that carry no loss with 0, but 0 "
+                              "is a real token id ([PAD]); use -100, which cross_entropy ignores.")
+        raise CheckFailed("your labels hold a token at every position; a position that was not "
+                          "chosen carries no loss and must have the label -100.")
+    chosen = ~ignored
+    if (chosen & (mask == 0)).any():
+        raise CheckFailed("you chose padding positions ([PAD], attention_mask 0): only real "
+                          "tokens may be chosen.")
+    if (chosen & ~eligible).any():
+        raise CheckFailed("you chose special tokens ([CLS], [SEP] or [UNK]): a position holding "
+                          "any id in special_ids is never chosen.")
+    if not torch.equal(labels[chosen], ids[chosen]):
+        if torch.equal(labels[chosen], inputs[chosen]):
+            raise CheckFailed("your labels hold the corrupted input ([MASK] or the random token); "
+                              "they must hold the original token, the one the model must recover.")
+        raise CheckFailed("your labels at the chosen positions are not the original tokens: "
+                          "labels = input_ids where chosen, -100 elsewhere.")
+    if not torch.equal(inputs[ignored], ids[ignored]):
+        raise CheckFailed("you changed positions that were not chosen (label -100): only chosen "
+                          "positions may be corrupted.")
+    rate = int(chosen.sum()) / n_eligible
+    se = math.sqrt(0.15 * 0.85 / n_eligible)
+    if abs(rate - 0.15) > 5 * se:
+        raise CheckFailed(f"you chose {_pct(rate)} of the {n_eligible:,} eligible positions "
+                          "(real, non-special tokens); choose each with probability p = 0.15.")
+    m = int(chosen.sum())
+    to_mask = chosen & (inputs == _MLM_MASK_ID)
+    kept = chosen & (inputs == ids)
+    to_random = chosen & ~to_mask & ~kept
+    if to_random.any():
+        drawn = inputs[to_random]
+        if bool(torch.isin(drawn, torch.tensor(_MLM_SPECIALS)).any()):
+            raise CheckFailed("some of your random replacements are special tokens; draw the "
+                              "random token from the ordinary ids only (not in special_ids).")
+        if bool((drawn < 0).any() or (drawn >= _MLM_VOCAB).any()):
+            raise CheckFailed("some of your random replacements lie outside 0..vocab_size - 1.")
+    shares = [int(x.sum()) / m for x in (to_mask, to_random, kept)]
+    targets = (0.8, 0.1, 0.1)
+    if any(abs(s - t) > 5 * math.sqrt(t * (1 - t) / m) for s, t in zip(shares, targets,
+                                                                        strict=True)):
+        said = (f"of the chosen positions, {_pct(shares[0])} became [MASK], {_pct(shares[1])} "
+                f"a random token and {_pct(shares[2])} stayed unchanged; BERT's split is "
+                "80 / 10 / 10")
+        if shares[0] > 0.97:
+            raise CheckFailed(said + ": you replace every chosen token with [MASK].")
+        if shares[1] < 0.02:
+            raise CheckFailed(said + ": you never put in a random token.")
+        if shares[2] < 0.02:
+            raise CheckFailed(said + ": you never leave a chosen token unchanged.")
+        raise CheckFailed(said + ". Draw one number per chosen position: below 0.8 -> [MASK], "
+                                 "0.8 to 0.9 -> random, 0.9 and above -> unchanged.")
+    # A vocabulary of 3 ordinary tokens: a random token drawn from all 8 ids is often special.
+    small = ids.remainder(3) + 5
+    small[ids < 5] = ids[ids < 5]  # the same specials and padding
+    small_case = "a batch whose vocabulary has 3 ordinary tokens (vocab_size=8)"
+    s_inputs, s_labels = _corrupt_outputs(fn, small, mask, 2, small_case, vocab_size=8)
+    s_changed = (s_labels != IGNORE_INDEX) & (s_inputs != _MLM_MASK_ID) & (s_inputs != small)
+    if bool(torch.isin(s_inputs[s_changed], torch.tensor(_MLM_SPECIALS)).any()):
+        raise CheckFailed("some of your random replacements are special tokens (seen on "
+                          f"{small_case}); draw the random token from the ordinary ids only.")
+    again = _corrupt_outputs(fn, ids, mask, 0, case)
+    if not (torch.equal(again[0], inputs) and torch.equal(again[1], labels)):
+        raise CheckFailed("two calls with generators seeded alike gave different results: draw "
+                          "every random number from `generator` (torch.rand(..., "
+                          "generator=generator)).")
+    other = _corrupt_outputs(fn, ids, mask, 1, case)
+    if torch.equal(other[1], labels):
+        raise CheckFailed("generators with different seeds gave the same choice of positions: "
+                          "draw the positions at random, from `generator`.")
+    print(f"✓ MLM corruption ({name_of(fn)}): {n_eligible:,} eligible positions, 15 % chosen and "
+          "80 / 10 / 10 within 5 standard errors; no special or padding position chosen; "
+          "reproducible")
+    return True
+
+
+
+# --- The loss on the chosen positions (Lesson 5, §1) -------------------------------------------
+
+
+def _masked_loss_reference(logits, labels):
+    scored = labels != IGNORE_INDEX
+    if not scored.any():
+        return torch.tensor(0.0)
+    return F.cross_entropy(logits[scored], labels[scored])
+
+
+def _masked_loss_all_positions(logits, labels):  # divides by b * n, not by the chosen count
+    return _masked_loss_sum(logits, labels) / labels.numel()
+
+
+def _masked_loss_sum(logits, labels):
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                           reduction="sum")
+
+
+def _masked_loss_per_row(logits, labels):  # the mean of the sequences' means
+    rows = [_masked_loss_reference(lg, lb) for lg, lb in zip(logits, labels, strict=True)
+            if (lb != IGNORE_INDEX).any()]
+    return torch.stack(rows).mean() if rows else torch.tensor(0.0)
+
+
+def _masked_loss_nan_when_empty(logits, labels):
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+
+
+def _masked_loss_negated(logits, labels):
+    return -_masked_loss_reference(logits, labels)
+
+
+def _masked_loss_probabilities(logits, labels):  # 1 - p instead of -log p
+    scored = labels != IGNORE_INDEX
+    if not scored.any():
+        return torch.tensor(0.0)
+    p = torch.softmax(logits[scored], dim=-1).gather(-1, labels[scored][:, None])
+    return (1 - p).mean()
+
+
+_MASKED_LOSS_MISTAKES = [
+    ("with no chosen position your loss is NaN (a mean over nothing); return 0 then: a batch "
+     "without chosen positions carries no signal.", _masked_loss_nan_when_empty),
+    ("you divide by all b * n positions; the loss is the mean over the chosen positions only, so "
+     "divide by their number.", _masked_loss_all_positions),
+    ("you sum the losses of the chosen positions; take their mean.", _masked_loss_sum),
+    ("you average each sequence's loss, then the sequences; average over all chosen positions "
+     "together, so that a sequence with more of them counts more.", _masked_loss_per_row),
+    ("your loss has the wrong sign: cross-entropy is -log p of the right token, a positive "
+     "number.", _masked_loss_negated),
+    ("you use 1 - p of the right token; the loss is -log p (cross-entropy).",
+     _masked_loss_probabilities),
+]
+
+
+def _masked_loss_cases() -> list[tuple]:
+    g = torch.Generator().manual_seed(11)
+    cases = []
+    logits = torch.randn(2, 5, 7, generator=g)
+    labels = torch.tensor([[-100, 3, -100, -100, 6], [1, -100, -100, 2, -100]])
+    cases.append((logits, labels))
+    logits = torch.randn(2, 6, 9, generator=g)
+    labels = torch.tensor([[4, 0, 8, 2, -100, 5], [-100, -100, -100, -100, 7, -100]])
+    cases.append((logits, labels))  # rows with 5 and 1 chosen: per-row means differ
+    cases.append((torch.randn(1, 4, 5, generator=g), torch.full((1, 4), -100)))  # none chosen
+    logits = torch.randn(3, 8, 11, generator=g)
+    labels = torch.randint(11, (3, 8), generator=g)
+    labels[torch.rand(3, 8, generator=g) > 0.3] = -100
+    labels[0, 0] = 5  # at least one chosen
+    cases.append((logits, labels))
+    cases.append((torch.randn(2, 3, 4, generator=g), torch.randint(4, (2, 3), generator=g)))
+    return cases
+
+
+def _loss_answer(result, where, logits, labels) -> torch.Tensor:
+    out = as_tensor(result, "a 0-d loss tensor")
+    if out.numel() != 1:
+        raise CheckFailed(f"your loss has shape {tuple(out.shape)} on {where}; return one "
+                          "number, the mean over the chosen positions.")
+    return out.reshape(()).double()
+
+
+def _first_wrong_loss(attempt) -> str:
+    i = attempt.first
+    return (
+        f"your loss is {float(attempt.answers[i]):.4f} but the mean cross-entropy over the chosen "
+        f"positions is {float(attempt.references[i]):.4f} on case {i + 1} (labels "
+        f"{attempt.cases[i][1].tolist()}); take -log_softmax at the right token where "
+        "labels != -100."
+    )
+
+
+_MASKED_LOSS = Exercise(
+    title="masked-token loss",
+    cases=_masked_loss_cases,
+    arguments=lambda logits, labels: (logits.clone(), labels.clone()),
+    answer=_loss_answer,
+    reference=lambda logits, labels: _masked_loss_reference(logits, labels).double(),
+    describe=lambda logits, labels: (
+        f"logits of shape {tuple(logits.shape)}, labels {labels.tolist()}"),
+    same=close,
+    mistakes=_MASKED_LOSS_MISTAKES,
+    fallback=_first_wrong_loss,
+)
+
+
+def check_masked_loss(fn: Callable) -> bool:
+    """Check ``fn(logits, labels) -> loss``: cross-entropy at the chosen positions (Lesson 5, §1).
+
+    ``logits`` (b, n, V), ``labels`` (b, n) with -100 where no loss is taken; the answer is the
+    mean of -log p(right token) over the chosen positions, and 0 when none is chosen (as
+    :func:`encoderlab.objectives.mlm_loss`).
+    """
+    return run(_MASKED_LOSS, fn)

@@ -1,0 +1,377 @@
+"""Lesson 7's checkers: BIO tags -> entity spans (§4), entity-level F1 (§4) and the best answer
+span from start / end logits (§5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from encoderlab.course.checks.harness import CheckFailed, Exercise, run, short_value
+from encoderlab.lessons.l07_finetune import best_span, bio_to_spans, entity_scores
+from encoderlab.lessons.l07_tasks import TAGS
+
+__all__ = ["check_bio_to_spans", "check_entity_f1", "check_best_span"]
+
+
+def _equal(a, b) -> bool:
+    return a == b
+
+
+def _random_tags(g: torch.Generator, n: int) -> list[str]:
+    """n tags drawn uniformly from Lesson 7's tag set."""
+    return [TAGS[int(t)] for t in torch.randint(len(TAGS), (n,), generator=g)]
+
+
+# --- BIO tags -> spans (Lesson 7, §4) ------------------------------------------------------------
+
+
+def _bio_variant(tags, *, end="inclusive", orphan_i="start", split_types=True, split_b=True,
+                 close_last=True):
+    """bio_to_spans with one switch turned: each non-default switch is a known mistake."""
+    spans, current = [], None
+    for i, tag in enumerate(tags):
+        prefix, kind = ("O", None) if tag == "O" else (tag[0], tag[2:])
+        continues = current is not None and prefix == "I" and (
+            current[0] == kind or not split_types)
+        if current is not None and prefix == "B" and not split_b and current[0] == kind:
+            continues = True
+        if continues:
+            current[2] = i
+            continue
+        if current is not None:
+            spans.append(tuple(current))
+            current = None
+        if prefix == "B" or (prefix == "I" and orphan_i == "start"):
+            current = [kind, i, i]
+    if current is not None and close_last:
+        spans.append(tuple(current))
+    if end == "exclusive":
+        spans = [(k, s, e + 1) for k, s, e in spans]
+    return spans
+
+
+_BIO_MISTAKES = [
+    ("your end positions are one too far: this course's spans are (type, start, end) with the end "
+     "*inclusive*, so a one-token entity at position 3 is ('X', 3, 3).",
+     partial(_bio_variant, end="exclusive")),
+    ("you drop an I-X that follows O (or starts the sequence): CoNLL's rule, and seqeval's, is "
+     "that such an I-X begins a new entity of type X.",
+     partial(_bio_variant, orphan_i="drop")),
+    ("an I- tag of another type continues your entity: B-PER I-LOC is two entities, PER then "
+     "LOC; an entity goes on only while the tags are I- of its own type.",
+     partial(_bio_variant, split_types=False)),
+    ("a B- tag inside an entity does not start a new one in your version: B-PER B-PER is two "
+     "people side by side, the whole point of having B- as well as I-.",
+     partial(_bio_variant, split_b=False)),
+    ("you lose the entity that runs to the end of the sequence: close the open entity after the "
+     "loop.",
+     partial(_bio_variant, close_last=False)),
+]
+
+
+def _bio_cases() -> list[tuple]:
+    chosen = [
+        ["B-PER", "I-PER", "O", "B-LOC"],
+        ["O", "O", "O"],
+        [],
+        ["B-PER", "B-PER", "I-PER", "O"],
+        ["O", "I-LOC", "I-LOC", "O", "B-DATE"],
+        ["B-PER", "I-LOC", "I-LOC"],
+        ["I-PER", "O", "B-LOC", "I-LOC"],
+        ["B-LOC", "I-LOC", "I-LOC", "I-LOC"],
+        ["B-DATE", "O", "I-DATE", "B-DATE", "I-PER"],
+    ]
+    g = torch.Generator().manual_seed(7)
+    random = [_random_tags(g, int(n)) for n in torch.randint(1, 12, (12,), generator=g)]
+    return [(c,) for c in chosen + random]
+
+
+def _as_spans(value, where, tags) -> list[tuple]:
+    try:
+        return sorted((str(k), int(s), int(e)) for k, s, e in value)
+    except (TypeError, ValueError):
+        raise CheckFailed(
+            f"your function returned {short_value(value)} on {where}; return a list of "
+            "(type, start, end) tuples, e.g. [('PER', 0, 1), ('LOC', 3, 3)]."
+        ) from None
+
+
+def _first_wrong_spans(attempt) -> str:
+    i = attempt.first
+    return (f"on tags {attempt.cases[i][0]} you return {attempt.answers[i]}, but the entities "
+            f"are {attempt.references[i]} (type, start, end), end inclusive.")
+
+
+_BIO = Exercise(
+    title="BIO to spans",
+    cases=_bio_cases,
+    arguments=lambda tags: (list(tags),),
+    answer=_as_spans,
+    reference=lambda tags: sorted(bio_to_spans(tags)),
+    describe=lambda tags: f"tags {tags}",
+    same=_equal,
+    mistakes=_BIO_MISTAKES,
+    same_mistake=lambda mine, wrong: mine == sorted(wrong),
+    fallback=_first_wrong_spans,
+)
+
+
+def check_bio_to_spans(fn: Callable) -> bool:
+    """Check ``fn(tags) -> [(type, start, end), ...]`` (end inclusive) on BIO sequences.
+
+    (Lesson 7, §4.) The cases include I- after O, a type change inside an entity, two B- in a
+    row and an entity that runs to the end; the order of the returned spans does not matter.
+    """
+    return run(_BIO, fn)
+
+
+# --- Entity-level F1 (Lesson 7, §4) ---------------------------------------------------------------
+
+
+def _f1_from(correct: float, n_predicted: float, n_gold: float) -> float:
+    p = correct / n_predicted if n_predicted else 0.0
+    r = correct / n_gold if n_gold else 0.0
+    return 2 * p * r / (p + r) if p + r else 0.0
+
+
+def _f1_variant(gold, predicted, *, unit="entity", match="exact", average="micro"):
+    """Entity F1 with one switch turned: each non-default switch is a known mistake."""
+    if unit == "accuracy":  # the fraction of tags that agree, O included: not an F1 at all
+        pairs = [(g, p) for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps)]
+        return sum(g == p for g, p in pairs) / len(pairs) if pairs else 0.0
+    if unit == "token":  # per-token agreement on the non-O tags
+        correct = sum(g == p != "O" for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps))
+        n_p = sum(p != "O" for ps in predicted for p in ps)
+        n_g = sum(g != "O" for gs in gold for g in gs)
+        return _f1_from(correct, n_p, n_g)
+    scores, totals = [], [0, 0, 0]
+    for gs, ps in zip(gold, predicted):
+        g_spans, p_spans = bio_to_spans(gs), bio_to_spans(ps)
+        if match == "untyped":
+            g_set, p_set = {s[1:] for s in g_spans}, {s[1:] for s in p_spans}
+            correct = len(g_set & p_set)
+        elif match == "overlap":
+            correct = sum(any(pk == gk and ps_ <= ge and gs_ <= pe for gk, gs_, ge in g_spans)
+                          for pk, ps_, pe in p_spans)
+        else:
+            correct = len(set(g_spans) & set(p_spans))
+        counts = (correct, len(p_spans), len(g_spans))
+        totals = [a + b for a, b in zip(totals, counts)]
+        if counts[1] or counts[2]:
+            scores.append(_f1_from(*counts))
+    if average == "sentence":
+        return sum(scores) / len(scores) if scores else 0.0
+    return _f1_from(*totals)
+
+
+_F1_MISTAKES = [
+    ("this is token accuracy (the fraction of tags that agree, O included), not entity-level F1: "
+     "most tags are O, so it stays high even when every entity is missed. Turn each sequence "
+     "into its (type, start, end) spans and compute precision and recall over entities.",
+     partial(_f1_variant, unit="accuracy")),
+    ("you score tags, not entities: a token-level F1 gives credit for half an entity. Turn each "
+     "sequence into its (type, start, end) spans and count a prediction only if the whole span "
+     "matches.",
+     partial(_f1_variant, unit="token")),
+    ("you ignore the entity type: a span counts only if its type matches too (PER at 0-1 is "
+     "wrong when the gold says LOC at 0-1).",
+     partial(_f1_variant, match="untyped")),
+    ("you count an overlapping span as correct; entity-level F1 needs both boundaries to match "
+     "exactly.",
+     partial(_f1_variant, match="overlap")),
+    ("you average an F1 per sentence; the standard is one F1 over the whole corpus: add up the "
+     "correct, predicted and gold entities of all sentences first (micro average).",
+     partial(_f1_variant, average="sentence")),
+]
+
+
+def _f1_cases() -> list[tuple]:
+    g1 = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-DATE", "I-DATE"]]
+    p1 = [["B-PER", "O", "O", "B-LOC"], ["O", "B-DATE", "I-DATE"]]
+    g2 = [["B-PER", "I-PER", "O"], ["B-LOC", "O", "O"], ["O", "O", "O"]]
+    p2 = [["B-LOC", "I-LOC", "O"], ["B-LOC", "O", "B-PER"], ["O", "O", "O"]]
+    g3 = [["B-LOC", "I-LOC", "I-LOC", "O", "B-PER"]]
+    p3 = [["O", "B-LOC", "I-LOC", "O", "B-PER"]]
+    g4 = [["O", "O"], ["B-PER", "O"]]
+    p4 = [["O", "O"], ["O", "O"]]
+    g5 = [["B-PER", "O", "B-PER", "I-PER", "O", "B-LOC"], ["B-DATE"], ["O", "B-LOC"]]
+    p5 = [["B-PER", "O", "B-PER", "I-PER", "O", "B-LOC"], ["O"], ["O", "B-PER"]]
+    cases = [(g1, p1), (g2, p2), (g3, p3), (g4, p4), (g5, p5), (g1, g1)]
+    g = torch.Generator().manual_seed(11)
+    for _ in range(4):
+        gold, pred = [], []
+        for n in torch.randint(2, 9, (6,), generator=g).tolist():
+            row = _random_tags(g, n)
+            flip = torch.rand(n, generator=g) < 0.3
+            other = _random_tags(g, n)
+            gold.append(row)
+            pred.append([o if f else t for t, o, f in zip(row, other, flip.tolist())])
+        cases.append((gold, pred))
+    return cases
+
+
+def _as_f1(value, where, gold, predicted) -> float:
+    if isinstance(value, dict) and "f1" in value:
+        value = value["f1"]
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"your function returned {short_value(value)} on {where}; "
+                          "return the F1 as a float between 0 and 1.") from None
+
+
+def _percentages(attempt) -> str | None:
+    if all(mine > 1.0 + 1e-9 for mine, right in zip(attempt.answers, attempt.references)
+           if right > 0):
+        return "your F1 is larger than 1: return a fraction between 0 and 1, not a percentage."
+    return None
+
+
+def _first_wrong_f1(attempt) -> str:
+    i = attempt.first
+    gold, pred = attempt.cases[i]
+    return (f"on gold {gold} and predicted {pred} your F1 is {attempt.answers[i]:.4f}, "
+            f"the entity-level F1 is {attempt.references[i]:.4f}. Print the spans your "
+            "my_bio_to_spans gives for these sequences and count by hand: correct = "
+            "spans in both, precision = correct / predicted, recall = correct / gold.")
+
+
+_F1 = Exercise(
+    title="entity-level F1",
+    cases=_f1_cases,
+    answer=_as_f1,
+    reference=lambda gold, predicted: entity_scores(gold, predicted)["f1"],
+    describe=lambda gold, predicted: "",
+    numbered=True,
+    same=lambda a, b: abs(a - b) < 1e-9,
+    notice=_percentages,
+    mistakes=_F1_MISTAKES,
+    fallback=_first_wrong_f1,
+)
+
+
+def check_entity_f1(fn: Callable) -> bool:
+    """Check ``fn(gold, predicted) -> F1`` (a number in [0, 1]) over lists of BIO sequences.
+
+    (Lesson 7, §4.) Entity level and micro-averaged, as CoNLL and seqeval: an entity counts
+    only if type, start and end all match. Token-level scores, untyped or overlapping matches
+    and per-sentence averages are named when they explain the answers.
+    """
+    return run(_F1, fn)
+
+
+# --- The best span (Lesson 7, §5) -----------------------------------------------------------------
+
+
+def _span_variant(s, e, context, max_tokens, *, joint=True, use_context=True, ordered=True,
+                  limit=0):
+    """best_span for one row with one switch turned: each non-default switch is a known mistake."""
+    n = len(s)
+    allowed_i = context if use_context else torch.ones(n, dtype=torch.bool)
+    if not joint:
+        s_ = s.masked_fill(~allowed_i, float("-inf"))
+        e_ = e.masked_fill(~allowed_i, float("-inf"))
+        return int(s_.argmax()), int(e_.argmax())
+    i = torch.arange(n).unsqueeze(1)
+    j = torch.arange(n).unsqueeze(0)
+    ok = allowed_i.unsqueeze(1) & allowed_i.unsqueeze(0)
+    if ordered:
+        ok &= j >= i
+    if limit is not None:
+        ok &= j < i + max_tokens + limit
+    scores = (s.unsqueeze(1) + e.unsqueeze(0)).masked_fill(~ok, float("-inf"))
+    flat = int(scores.flatten().argmax())
+    return flat // n, flat % n
+
+
+_SPAN_MISTAKES = [
+    ("you take the best start and the best end separately; they can give an end before the "
+     "start or an overlong span. Score every allowed pair (i, j) by s_i + e_j and take the best "
+     "pair.",
+     partial(_span_variant, joint=False)),
+    ("your span can land outside the context (on the question, a special token or padding): "
+     "allow only positions where context_mask is True.",
+     partial(_span_variant, use_context=False)),
+    ("your span can end before it starts: require start <= end.",
+     partial(_span_variant, ordered=False)),
+    ("your span can be longer than max_tokens: require end - start + 1 <= max_tokens.",
+     partial(_span_variant, limit=None)),
+    ("your spans can be one token longer than max_tokens: end - start + 1 <= max_tokens means "
+     "end < start + max_tokens.",
+     partial(_span_variant, limit=1)),
+]
+
+
+def _span_cases() -> list[tuple]:
+    def t(values):
+        return torch.tensor(values, dtype=torch.float32)
+
+    def c(values):
+        return torch.tensor(values, dtype=torch.bool)
+
+    cases = [
+        (t([0, 0, 0, 5, 1, 0]), t([0, 0, 0, 0, 4, 0]), c([0, 0, 1, 1, 1, 1]), 4),
+        (t([9, 0, 1, 0, 0]), t([9, 0, 0, 2, 0]), c([0, 0, 1, 1, 1]), 4),  # the best is on [CLS]
+        (t([0, 0, 1, 0, 5]), t([0, 0, 0, 6, 0]), c([0, 0, 1, 1, 1]), 4),  # best end before start
+        (t([0, 5, 0, 0, 0, 0, 0]), t([0, 0, 0, 0, 0, 1, 6]), c([0, 1, 1, 1, 1, 1, 1]), 3),
+        (t([0, 5, 0, 0, 0, 0]), t([0, 0, 0, 0, 6, 0]), c([0, 1, 1, 1, 1, 1]), 3),  # length 4
+        (t([1, 2, 3]), t([3, 2, 1]), c([0, 1, 0]), 2),  # a one-token context
+    ]
+    g = torch.Generator().manual_seed(5)
+    for _ in range(8):
+        n = int(torch.randint(6, 14, (1,), generator=g))
+        q = int(torch.randint(1, 4, (1,), generator=g))
+        pad = int(torch.randint(0, 3, (1,), generator=g))
+        context = torch.zeros(n, dtype=torch.bool)
+        context[q + 1:n - 1 - pad] = True
+        cases.append((torch.randn(n, generator=g) * 3, torch.randn(n, generator=g) * 3, context,
+                      int(torch.randint(1, 5, (1,), generator=g))))
+    return cases
+
+
+def _as_pair(value, where, *case) -> tuple[int, int]:
+    try:
+        start, end = value
+        return int(start), int(end)
+    except (TypeError, ValueError, RuntimeError):
+        raise CheckFailed(f"your function returned {short_value(value)} on {where}; return "
+                          "two ints, (start, end).") from None
+
+
+def _best_span_reference(s, e, context, max_tokens) -> tuple[int, int]:
+    i, j, _ = best_span(s[None], e[None], context[None], max_tokens)
+    return int(i), int(j)
+
+
+def _first_wrong_span(attempt) -> str:
+    i = attempt.first
+    s, e, context, m = attempt.cases[i]
+    return (f"on case {i} (start_logits {s.tolist()}, end_logits {e.tolist()}, "
+            f"context_mask {context.int().tolist()}, max_tokens {m}) you return "
+            f"{attempt.answers[i]}, the best allowed span is {attempt.references[i]}.")
+
+
+_SPAN = Exercise(
+    title="best span",
+    cases=_span_cases,
+    arguments=lambda s, e, context, m: (s.clone(), e.clone(), context.clone(), m),
+    answer=_as_pair,
+    reference=_best_span_reference,
+    describe=lambda s, e, context, m: f"n = {len(s)}, max_tokens = {m}",
+    numbered=True,
+    same=_equal,
+    mistakes=_SPAN_MISTAKES,
+    same_mistake=lambda mine, wrong: mine == tuple(wrong),
+    fallback=_first_wrong_span,
+)
+
+
+def check_best_span(fn: Callable) -> bool:
+    """Check ``fn(start_logits, end_logits, context_mask, max_tokens) -> (start, end)``, one row.
+
+    (Lesson 7, §5.) Inputs are 1-d tensors of length n; the answer is the pair i <= j with
+    j - i + 1 <= max_tokens, both in the context, that maximises s_i + e_j.
+    """
+    return run(_SPAN, fn)

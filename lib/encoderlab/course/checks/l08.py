@@ -1,0 +1,245 @@
+"""Lesson 8's checkers: mean pooling over real tokens (§1), recall@k (§3) and the
+in-batch-negatives loss (§5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch.nn import functional as F
+
+from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, close, differs, run
+from encoderlab.heads import pool
+
+__all__ = ["check_mean_pooling", "check_recall_at_k", "check_in_batch_negatives_loss"]
+
+# --- Mean pooling over real tokens (Lesson 8, §1) -----------------------------------------------
+
+
+def _pooling_cases() -> list[tuple]:
+    """(hidden, attention_mask) cases: padding of varied amounts, with large values in the padding
+    so that any use of it shows; one batch without padding, one with a single real token."""
+    g = torch.Generator().manual_seed(8)
+    cases = []
+    for lengths, n, d in [([3, 5, 2], 5, 4), ([4, 4], 4, 3), ([1, 6, 3, 2], 6, 8), ([2, 7], 7, 5)]:
+        hidden = torch.randn(len(lengths), n, d, generator=g)  # (b, n, d)
+        mask = (torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]).long()  # (b, n)
+        hidden = hidden + (1 - mask)[..., None] * 50.0  # padding vectors far from the rest
+        cases.append((hidden, mask))
+    return cases
+
+
+def _masked_sum(hidden, mask):
+    return (hidden * mask[..., None]).sum(dim=1)
+
+
+_POOLING_MISTAKES = [
+    ("your mean includes the [PAD] positions (hidden.mean(dim=1)): multiply by the mask before "
+     "summing and divide by the number of real tokens, mask.sum(dim=1, keepdim=True).",
+     lambda h, m: h.mean(dim=1)),
+    ("you sum only the real tokens but divide by the padded length n; divide by each row's own "
+     "count of real tokens, mask.sum(dim=1, keepdim=True).",
+     lambda h, m: _masked_sum(h, m) / h.shape[1]),
+    ("you return the masked sum without dividing by the count of real tokens: that is the "
+     "mean times the length, so longer texts get longer vectors.",
+     lambda h, m: _masked_sum(h, m)),
+    ("you divide by the number of real tokens in the whole batch (mask.sum()), one number for "
+     "every row; each row needs its own count, mask.sum(dim=1, keepdim=True).",
+     lambda h, m: _masked_sum(h, m) / m.sum()),
+    ("your function returns the [CLS] vector, hidden[:, 0]; the task is the mean over real "
+     "tokens.",
+     lambda h, m: h[:, 0]),
+]
+
+
+def _pooled_answer(result, where, hidden, mask) -> torch.Tensor:
+    out = as_tensor(result, "the (b, d) tensor of mean vectors")
+    if tuple(out.shape) != (hidden.shape[0], hidden.shape[2]):
+        raise CheckFailed(f"your output has shape {tuple(out.shape)} on {where}; expected "
+                          f"(b, d) = {(hidden.shape[0], hidden.shape[2])}: one vector per "
+                          "sequence, the token axis (dim=1) averaged away.")
+    return out.double()
+
+
+_POOLING = Exercise(
+    title="mean pooling",
+    cases=_pooling_cases,
+    arguments=lambda hidden, mask: (hidden.clone(), mask.clone()),
+    answer=_pooled_answer,
+    reference=lambda hidden, mask: pool(hidden.double(), mask, how="mean"),
+    describe=lambda hidden, mask: (
+        f"hidden of shape {tuple(hidden.shape)} with {mask.sum(1).tolist()} real tokens"),
+    same=close,
+    mistakes=_POOLING_MISTAKES,
+    mistake_inputs=lambda hidden, mask: (hidden.double(), mask),
+    fallback=lambda attempt: differs(
+        attempt, "mean", "the mean over real tokens",
+        "compare it with encoderlab.heads.pool(hidden, mask, how='mean').",
+        where=f"hidden of shape {tuple(attempt.cases[attempt.first][0].shape)}",
+    ),
+)
+
+
+def check_mean_pooling(fn: Callable) -> bool:
+    """Check ``fn(hidden, attention_mask)`` returns the (b, d) mean over real tokens (Lesson 8, §1).
+
+    ``hidden`` is (b, n, d); ``attention_mask`` is (b, n) with 1 for real tokens, 0 for [PAD].
+    """
+    return run(_POOLING, fn)
+
+
+# --- Recall@k (Lesson 8, §3) -------------------------------------------------------------------
+
+
+def _recall_reference(ranked, answers, k):
+    hits = [bool(set(row[:k]) & set(a)) for row, a in zip(ranked, answers)]
+    return sum(hits) / len(hits)
+
+
+def _recall_cases() -> list[tuple]:
+    """(ranked, answers, k): lists of document indices best first, sets of right documents."""
+    ranked = [[3, 1, 4, 0, 2], [0, 2, 1, 4, 3], [4, 3, 2, 1, 0], [1, 0, 3, 2, 4],
+              [2, 4, 0, 3, 1]]
+    answers = [{1}, {0, 3}, {0}, {2, 4}, {3}]
+    cases = [(ranked, answers, k) for k in (1, 2, 3, 4, 5)]
+    g = torch.Generator().manual_seed(8)
+    big = [torch.randperm(20, generator=g).tolist() for _ in range(12)]
+    big_answers = [set(torch.randperm(20, generator=g)[:1 + i % 3].tolist()) for i in range(12)]
+    cases += [(big, big_answers, k) for k in (1, 3, 10)]
+    return cases
+
+
+_RECALL_MISTAKES = [
+    ("you look only at the document at rank k (row[k - 1]); recall@k counts a query as found "
+     "if any of its first k documents, row[:k], is right.",
+     lambda r, a, k: sum(row[k - 1] in s for row, s in zip(r, a)) / len(r)),
+    ("you look at one document too many (row[:k + 1]); the first k documents are row[:k].",
+     lambda r, a, k: _recall_reference(r, a, k + 1)),
+    ("you look at one document too few (row[:k - 1]); the first k documents are row[:k].",
+     lambda r, a, k: _recall_reference(r, a, max(k - 1, 0))),
+    ("you return the number of queries found, not the share: divide by the number of queries.",
+     lambda r, a, k: float(sum(bool(set(row[:k]) & s) for row, s in zip(r, a)))),
+    ("you average the share of each query's right documents that are found; this course's "
+     "recall@k asks whether at least one right document is in the first k (a hit is 1 or 0 "
+     "per query).",
+     lambda r, a, k: sum(len(set(row[:k]) & s) / len(s) for row, s in zip(r, a)) / len(r)),
+    ("you ignore k and always look at the first document only.",
+     lambda r, a, k: _recall_reference(r, a, 1)),
+]
+
+
+def _as_share(value, where, *case) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"your function returned a {type(value).__name__} on {where}; "
+                          "return one number, the share of queries found.") from None
+
+
+def _first_wrong_recall(attempt) -> str:
+    i = attempt.first
+    ranked, _answers, k = attempt.cases[i]
+    return (f"your recall@{k} is {attempt.answers[i]:.4g} on {len(ranked)} queries; the share "
+            f"of queries with a right document among their first {k} is "
+            f"{attempt.references[i]:.4g}.")
+
+
+_RECALL = Exercise(
+    title="recall@k",
+    cases=_recall_cases,
+    arguments=lambda ranked, answers, k: ([list(r) for r in ranked], [set(a) for a in answers],
+                                          k),
+    answer=_as_share,
+    reference=_recall_reference,
+    describe=lambda ranked, answers, k: f"{len(ranked)} queries, k = {k}",
+    same=lambda a, b: abs(a - b) < 1e-9,
+    mistakes=_RECALL_MISTAKES,
+    fallback=_first_wrong_recall,
+)
+
+
+def check_recall_at_k(fn: Callable) -> bool:
+    """Check ``fn(ranked, answers, k)`` returns the share of queries with a right document among
+    their first k (Lesson 8, §3). ``ranked[i]`` lists document indices best first (a list or a
+    tensor row); ``answers[i]`` is the set of right documents of query i."""
+    return run(_RECALL, fn)
+
+
+# --- The in-batch-negatives loss (Lesson 8, §5) ---------------------------------------------------
+
+
+def _info_nce(a, b, scale, *, normalize=True, transpose=False, reduce="mean", self_sim=False,
+              divide=False):
+    if normalize:
+        a, b = a / a.norm(dim=1, keepdim=True), b / b.norm(dim=1, keepdim=True)
+    s = a @ (a if self_sim else b).T  # (B, B)
+    logits = s / scale if divide else s * scale
+    if transpose:
+        logits = logits.T
+    labels = torch.arange(a.shape[0])
+    return F.cross_entropy(logits, labels, reduction=reduce)
+
+
+def _info_nce_cases() -> list[tuple]:
+    g = torch.Generator().manual_seed(8)
+    cases = []
+    for b, d, scale in [(4, 8, 20.0), (6, 5, 20.0), (3, 16, 5.0), (8, 4, 1.0), (5, 12, 50.0)]:
+        a = torch.randn(b, d, generator=g) * 3
+        partner = a + torch.randn(b, d, generator=g)  # row i of b is close to row i of a
+        cases.append((a, partner * torch.rand(b, 1, generator=g).add(0.5), scale))
+    return cases
+
+
+_INFO_NCE_MISTAKES = [
+    ("you use raw dot products: normalise both sides' rows to unit length first, so the logits "
+     "are scale × cosine.",
+     partial(_info_nce, normalize=False)),
+    ("you divide the cosines by scale; scale is 1 / temperature, so the logits are "
+     "scale × cos(a_i, b_j).",
+     partial(_info_nce, divide=True)),
+    ("you forgot the scale: the logits are scale × cos(a_i, b_j) (with cosines in [-1, 1] alone "
+     "the softmax can barely prefer the right partner).",
+     lambda a, b, scale: _info_nce(a, b, 1.0)),
+    ("your loss sums over the batch; take the mean of the B cross-entropies "
+     "(F.cross_entropy's default).",
+     partial(_info_nce, reduce="sum")),
+    ("you compare a with itself (a @ a.T): the negatives and the positive are the rows of b.",
+     partial(_info_nce, self_sim=True)),
+    ("your softmax runs down the columns (the loss of b's rows against a's); this loss asks "
+     "each row a_i to pick its partner b_i among the batch's b's: rows of S = a bᵀ, labels "
+     "0..B-1.",
+     partial(_info_nce, transpose=True)),
+]
+
+
+def _loss_answer(result, where, a, b, scale) -> torch.Tensor:
+    out = as_tensor(result, "a scalar loss tensor")
+    if out.numel() != 1:
+        raise CheckFailed(f"your loss has shape {tuple(out.shape)} on {where}; return one "
+                          "number, the mean over the batch (a 0-d tensor).")
+    return out.reshape(()).double()
+
+
+_INFO_NCE = Exercise(
+    title="in-batch negatives loss",
+    cases=_info_nce_cases,
+    arguments=lambda a, b, scale: (a.clone(), b.clone(), scale),
+    answer=_loss_answer,
+    reference=lambda a, b, scale: _info_nce(a.double(), b.double(), scale),
+    describe=lambda a, b, scale: f"a and b of shape {tuple(a.shape)}, scale = {scale:g}",
+    same=close,
+    mistakes=_INFO_NCE_MISTAKES,
+    mistake_inputs=lambda a, b, scale: (a.double(), b.double(), scale),
+    fallback=lambda attempt: differs(
+        attempt, "loss", "cross_entropy(scale · cos(a, b), arange(B))",
+        "compare it with encoderlab.lessons.l08_retrieval.in_batch_negatives_loss.",
+        where=f"a of shape {tuple(attempt.cases[attempt.first][0].shape)}",
+    ),
+)
+
+
+def check_in_batch_negatives_loss(fn: Callable) -> bool:
+    """Check ``fn(a, b, scale)`` is InfoNCE with in-batch negatives (Lesson 8, §5): the mean
+    cross-entropy of the rows of scale · cos(a_i, b_j) against the diagonal."""
+    return run(_INFO_NCE, fn)

@@ -1,0 +1,175 @@
+"""The tiny contrastive run of Lesson 8, §5: MiniLM's last block retrained with in-batch
+negatives, ``python -m encoderlab train l8-contrastive``.
+
+Training pairs come from the docstrings of :data:`encoderlab.data.DOC_MODULES`, never from the
+language reference's topics (the documents searched) or from the queries: a docstring's first
+sentence (its summary) is paired with the sentences that follow it (:func:`docstring_pairs`).
+Only the last block learns; the layers below run once and their outputs are cached
+(:func:`contrastive_data`). The committed run's settings are :data:`CONTRASTIVE`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from encoderlab.course.train import train
+from encoderlab.data import read_frozen, shuffled_batches, trim_padding, without_shared_spans
+from encoderlab.heads import pool
+from encoderlab.lessons.l08_retrieval import (
+    CachedStates,
+    cache_states,
+    in_batch_negatives_loss,
+    run_block,
+    topic_documents,
+)
+from encoderlab.pretrained import load_minilm
+from encoderlab.validate import check_int
+
+__all__ = ["CONTRASTIVE", "docstring_pairs", "split_pairs", "ContrastiveData",
+           "contrastive_data", "contrastive_run", "load_contrastive_block", "RECIPES"]
+
+
+CONTRASTIVE = {  # the settings of the committed run, l8-contrastive
+    "steps": 150,
+    "batch_size": 32,
+    "lr": 1e-4,
+    "scale": 20.0,  # sentence-transformers' MultipleNegativesRankingLoss default
+    "pooling": "cls",  # train [CLS] into a sentence vector: the weakest pooling of §2
+    "max_length": 64,
+    "held_out_every": 10,
+    "seed": 0,
+}
+
+
+def docstring_pairs(max_words: int = 30) -> list[tuple[str, str]]:
+    """(summary, details) pairs: a docstring's first sentence and the next ~``max_words`` words.
+
+    (Lesson 8, §5.) Docstrings with fewer than two prose sentences are skipped, and a summary
+    that repeats an earlier one is kept once. Nothing comes from the documents or queries that
+    Lesson 8 searches with. The docstrings are CPython 3.11's, read from the frozen file
+    ``corpora/docstring-pairs.json.gz`` (each docstring's prose sentences of 4 words or more),
+    the same on every Python version.
+    """
+    pairs, seen = [], set()
+    for sentences in read_frozen("docstring-pairs")["docstrings"]:
+        if len(sentences) < 2 or sentences[0] in seen:
+            continue
+        rest: list[str] = []
+        for sentence in sentences[1:]:
+            if sum(len(r.split()) for r in rest) >= max_words:
+                break
+            rest.append(sentence)
+        seen.add(sentences[0])
+        pairs.append((sentences[0], " ".join(rest)))
+    return pairs
+
+
+@dataclass
+class ContrastiveData:
+    """Cached inputs of MiniLM's last block for the training and held-out pairs (Lesson 8, §5)."""
+
+    anchors: torch.Tensor  # (N, n, d): H^(L-1) of the summaries, padded
+    anchor_mask: torch.Tensor  # (N, n)
+    positives: torch.Tensor  # (N, n', d): H^(L-1) of the details
+    positive_mask: torch.Tensor  # (N, n')
+    held_out: list[tuple[str, str]]  # pairs never trained on
+    train_pairs: int
+
+
+def _padded(states: CachedStates) -> tuple[torch.Tensor, torch.Tensor]:
+    """All cached batches as one padded tensor (N, n, d), rows in the texts' order."""
+    n = max(h.shape[1] for h in states.hidden)
+    hidden = torch.cat([F.pad(h, (0, 0, 0, n - h.shape[1])) for h in states.hidden])
+    mask = torch.cat([F.pad(m, (0, n - m.shape[1])) for m in states.masks])
+    inverse = torch.argsort(torch.tensor(states.order))
+    return hidden[inverse], mask[inverse]
+
+
+def split_pairs(pairs=None, held_out_every: int = 10):
+    """(training pairs, held-out pairs) of ``pairs`` (default :func:`docstring_pairs`).
+
+    (Lesson 8, §5.) Every ``held_out_every``-th pair is held out, unless it shares an 8-word
+    span with a training pair (then it is dropped), so a held-out pair is never a near-copy of
+    one the model was trained on. The lesson and the ``l8-contrastive`` run split the same way.
+    """
+    check_int(held_out_every, "held_out_every", at_least=2)
+    pairs = docstring_pairs() if pairs is None else list(pairs)
+    train = [p for i, p in enumerate(pairs) if i % held_out_every != held_out_every - 1]
+    held = [p for i, p in enumerate(pairs) if i % held_out_every == held_out_every - 1]
+    held = without_shared_spans(held, train)  # no held-out pair shares 8 words with training
+    return train, held
+
+
+def contrastive_data(tokenizer, model, pairs=None, held_out_every: int = 10,
+                     max_length: int = 64) -> ContrastiveData:
+    """Split ``pairs`` (default :func:`docstring_pairs`) by position, every ``held_out_every``-th
+    held out unless it shares an 8-word span with a training pair (then it is dropped), and cache
+    the training pairs' inputs of the last block (frozen layers run once)."""
+    train, held = split_pairs(pairs, held_out_every)
+    a = _padded(cache_states(tokenizer, model, [x for x, _ in train], -2, 32, max_length))
+    b = _padded(cache_states(tokenizer, model, [y for _, y in train], -2, 32, max_length))
+    return ContrastiveData(a[0], a[1], b[0], b[1], held, len(train))
+
+
+def contrastive_run(block, data: ContrastiveData, steps: int, batch_size: int = 32,
+                    lr: float = 1e-4, scale: float = 20.0, pooling: str = "cls", seed: int = 0,
+                    progress: bool = True) -> list[float]:
+    """Train ``block`` (a copy of the last encoder block) with in-batch negatives (Lesson 8, §5).
+
+    Each step takes ``batch_size`` training pairs; row i's summary must pick out row i's
+    details among the batch's ``batch_size`` details (:func:`in_batch_negatives_loss`). Only
+    ``block`` learns: the layers below are frozen, their outputs cached in ``data``.
+    Returns the loss of every step.
+    """
+    def loss_fn(block, batch):
+        (rows,) = batch
+        ha, ma = trim_padding(data.anchors[rows], data.anchor_mask[rows])  # (B, n', d), (B, n')
+        hb, mb = trim_padding(data.positives[rows], data.positive_mask[rows])
+        a = pool(run_block(block, ha, ma), ma, how=pooling)  # (B, d)
+        b = pool(run_block(block, hb, mb), mb, how=pooling)  # (B, d)
+        return in_batch_negatives_loss(a, b, scale=scale)
+
+    batches = shuffled_batches(torch.arange(data.train_pairs), batch_size=batch_size, seed=seed)
+    return train(block, batches, loss_fn, steps=steps, lr=lr, seed=seed, progress=progress,
+                 description="in-batch negatives")
+
+
+def _contrastive_recipe(steps: int | None = None, progress: bool = True):
+    """Lesson 8, §5: MiniLM's last block retrained with in-batch negatives on docstring pairs."""
+    settings = dict(CONTRASTIVE)
+    if steps is not None:
+        settings["steps"] = steps
+    torch.manual_seed(settings["seed"])
+    tokenizer, model = load_minilm()
+    data = contrastive_data(tokenizer, model, held_out_every=settings["held_out_every"],
+                            max_length=settings["max_length"])
+    block = copy.deepcopy(model.blocks[-1])
+    history = contrastive_run(
+        block, data, steps=settings["steps"], batch_size=settings["batch_size"],
+        lr=settings["lr"], scale=settings["scale"], pooling=settings["pooling"],
+        seed=settings["seed"], progress=progress,
+    )
+    # float16 keeps the artefact under 5 MB (1.8 M parameters); the lesson evaluates these
+    # rounded weights, so what it reports is what is stored.
+    tensors = {f"block.{k}": v.to(torch.float16) for k, v in block.state_dict().items()}
+    tensors["loss"] = torch.tensor(history, dtype=torch.float32)
+    metadata = {**{k: str(v) for k, v in settings.items()},
+                "train_pairs": str(data.train_pairs), "held_out_pairs": str(len(data.held_out)),
+                "documents": topic_documents().fingerprint}
+    return tensors, metadata
+
+
+def load_contrastive_block(model, tensors: dict[str, torch.Tensor]):
+    """A copy of ``model``'s last block with the trained weights of ``l8-contrastive`` (float32)."""
+    block = copy.deepcopy(model.blocks[-1])
+    state = {k.removeprefix("block."): v.float() for k, v in tensors.items()
+             if k.startswith("block.")}
+    block.load_state_dict(state)  # strict: every tensor used, every shape checked
+    return block.eval()
+
+
+RECIPES = {"l8-contrastive": _contrastive_recipe}

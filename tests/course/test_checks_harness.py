@@ -1,0 +1,125 @@
+"""The checkers' one loop (encoderlab.course.checks.harness), on a small made-up exercise:
+square every element of a tensor."""
+
+import pytest
+import torch
+
+from encoderlab.course import checks
+from encoderlab.course.checks.harness import CheckFailed, Exercise, close, differs, run
+
+DOUBLED = "you double x; square it instead: x * x, or x ** 2."
+NEGATED = "your squares are negative: x ** 2 is never below 0."
+
+
+def _square_cases() -> list[tuple]:
+    return [(torch.tensor([1.0, 2.0, 3.0]),), (torch.tensor([-1.5, 0.0, 4.0]),)]
+
+
+SQUARE = Exercise(
+    title="square",
+    cases=_square_cases,
+    arguments=lambda x: (x.clone(),),
+    reference=lambda x: x * x,
+    describe=lambda x: f"x = {x.tolist()}",
+    same=close,
+    mistakes=[(DOUBLED, lambda x: 2 * x), (NEGATED, lambda x: -x * x)],
+    fallback=lambda attempt: differs(attempt, "square", "x * x", "compare it with x ** 2."),
+)
+
+
+def check_square(fn):
+    return run(SQUARE, fn)
+
+
+def test_the_reference_passes_and_prints_one_line(capsys):
+    def my_square(x):
+        return x ** 2
+
+    assert check_square(my_square) is True
+    assert capsys.readouterr().out == "✓ square (my_square): correct on 2 cases\n"
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda x: x + x, DOUBLED),
+    (lambda x: -(x ** 2), NEGATED),
+])
+def test_a_named_mistake_is_reported_in_its_own_words(wrong, message):
+    with pytest.raises(CheckFailed) as info:
+        check_square(wrong)
+    assert str(info.value) == message
+
+
+def test_a_mistake_seen_only_on_the_wrong_cases_is_still_named():
+    def doubles_when_it_starts_negative(x):
+        return 2 * x if x[0] < 0 else x * x  # right on the first case, doubled on the second
+
+    with pytest.raises(CheckFailed) as info:
+        check_square(doubles_when_it_starts_negative)
+    assert str(info.value) == DOUBLED
+
+
+def test_an_unknown_mistake_falls_back_to_where_and_by_how_much():
+    with pytest.raises(CheckFailed) as info:
+        check_square(lambda x: x * x + 0.5)
+    assert str(info.value) == (
+        "your square differs from x * x by up to 0.5 on x = [1.0, 2.0, 3.0]; "
+        "compare it with x ** 2."
+    )
+
+
+def test_an_exception_in_the_learners_code_names_the_case_and_the_learners_line():
+    def my_square(x):
+        y = x.sqaure()  # a typo the learner might make
+        return y
+
+    with pytest.raises(CheckFailed) as info:
+        check_square(my_square)
+    message = str(info.value)
+    assert message.startswith("your function raised AttributeError: ")
+    assert "(on x = [1.0, 2.0, 3.0]; line " in message
+    assert message.endswith("in my_square: y = x.sqaure()  # a typo the learner might make)")
+    assert "harness" not in message
+
+
+def test_a_lesson_checker_points_at_the_learners_line_not_at_its_own_files():
+    # Lesson 9's checker hands over watched scores: the error is raised inside the checker's own
+    # __torch_function__ (checks/l09.py), but the line to show is the learner's.
+    def my_online_softmax(s, v, chunk_size):
+        return s @ v.T  # (n_q, n_kv) @ (d_v, n_kv): the shapes do not match
+
+    with pytest.raises(CheckFailed) as info:
+        checks.check_online_softmax(my_online_softmax)
+    message = str(info.value)
+    assert "raised RuntimeError" in message
+    assert message.endswith("in my_online_softmax: return s @ v.T  # (n_q, n_kv) @ (d_v, n_kv): "
+                            "the shapes do not match)")
+
+
+def test_a_value_instead_of_a_function_is_refused():
+    with pytest.raises(CheckFailed, match="pass the name without calling it"):
+        check_square(torch.tensor([1.0]))
+
+
+def test_notice_comes_before_the_mistakes_and_review_sees_every_answer():
+    seen = []
+
+    def review(answers, cases):
+        seen.append(len(answers))
+        return answers
+
+    noticed = Exercise(
+        title="square", cases=_square_cases, reference=SQUARE.reference, describe=SQUARE.describe,
+        same=close, mistakes=SQUARE.mistakes, fallback=SQUARE.fallback, review=review,
+        notice=lambda attempt: f"{len(attempt.wrong)} of {len(attempt.cases)} cases are wrong.",
+    )
+    with pytest.raises(CheckFailed, match="^2 of 2 cases are wrong.$"):
+        run(noticed, lambda x: 2 * x)
+    assert seen == [2]
+
+
+def test_the_package_exports_every_checker_in_lesson_order():
+    names = [name for name in checks.__all__ if name.startswith("check_")]
+    assert checks.__all__[0] == "CheckFailed"
+    assert len(names) == 21 and all(callable(getattr(checks, name)) for name in names)
+    lessons = [getattr(checks, name).__module__.rsplit(".", 1)[-1] for name in names]
+    assert lessons == sorted(lessons)

@@ -1,0 +1,139 @@
+"""Lesson 1's checkers: check_cosine_similarity and check_objective_labels."""
+
+import pytest
+import torch
+
+from encoderlab.course.checks import CheckFailed, check_cosine_similarity, check_objective_labels
+
+# --- checks.check_cosine_similarity ------------------------------------------------------------
+
+
+def cosine_reference(x):
+    unit = x / x.norm(dim=1, keepdim=True)
+    return unit @ unit.T
+
+
+def cosine_numpy(x):
+    import numpy as np
+
+    a = x.numpy()
+    unit = a / np.linalg.norm(a, axis=1, keepdims=True)
+    return unit @ unit.T  # a numpy array is accepted too
+
+
+@pytest.mark.parametrize("fn", [cosine_reference, cosine_numpy])
+def test_cosine_checker_accepts_correct_answers(fn, capsys):
+    assert check_cosine_similarity(fn)
+    assert "✓ cosine similarity" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [
+        (lambda x: x @ x.T, "raw dot products"),
+        (lambda x: (x / x.norm(dim=0, keepdim=True)) @ (x / x.norm(dim=0, keepdim=True)).T,
+         "wrong axis"),
+        (lambda x: (x / x.norm(dim=1, keepdim=True)) @ x.T, "only one side"),
+        (lambda x: x @ x.T / x.norm() ** 2, "norm of the whole matrix"),
+        (lambda x: torch.cdist(x, x), "Euclidean distances"),
+        (lambda x: 1 - cosine_reference(x), "cosine distance 1 - cos"),
+        (lambda x: (x.T / x.T.norm(dim=1, keepdim=True)) @ (x.T / x.T.norm(dim=1, keepdim=True)).T,
+         r"pair of features \(columns\)"),
+        (lambda x: cosine_reference(x)[:, :1], r"should be \(m, m\)"),
+        (lambda x: cosine_reference(x) * 0.5, "differs from cos"),
+        (lambda x: x.no_such_method(), "raised AttributeError"),
+    ],
+)
+def test_cosine_checker_names_the_mistake(fn, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_cosine_similarity(fn)
+
+
+# --- checks.check_objective_labels -------------------------------------------------------------
+
+
+def labels_reference(input_ids, objective, masked_positions):
+    labels = torch.full_like(input_ids, -100)
+    if objective == "next-token":
+        labels[:-1] = input_ids[1:]
+    else:
+        where = list(masked_positions)
+        labels[where] = input_ids[where]
+    return labels
+
+
+def labels_as_list(input_ids, objective, masked_positions):
+    return labels_reference(input_ids, objective, masked_positions).tolist()
+
+
+@pytest.mark.parametrize("fn", [labels_reference, labels_as_list])
+def test_labels_checker_accepts_correct_answers(fn, capsys):
+    assert check_objective_labels(fn)
+    assert "✓ objective labels" in capsys.readouterr().out
+
+
+def _next_token_only(wrong):
+    def fn(input_ids, objective, masked_positions):
+        if objective == "next-token":
+            return wrong(input_ids)
+        return labels_reference(input_ids, objective, masked_positions)
+    return fn
+
+
+def _masked_only(wrong):
+    def fn(input_ids, objective, masked_positions):
+        if objective == "masked":
+            return wrong(input_ids, list(masked_positions))
+        return labels_reference(input_ids, objective, masked_positions)
+    return fn
+
+
+def _own_token_from_1(ids):
+    out = ids.clone()
+    out[0] = -100
+    return out
+
+
+def _previous_token(ids):
+    out = torch.full_like(ids, -100)
+    out[1:] = ids[:-1]
+    return out
+
+
+def _unmasked_positions(ids, masked):
+    out = ids.clone()
+    out[masked] = -100
+    return out
+
+
+def _masked_next(ids, masked):
+    out = torch.full_like(ids, -100)
+    for p in masked:
+        if p + 1 < len(ids):
+            out[p] = ids[p + 1]
+    return out
+
+
+def _zero_fill(input_ids, objective, masked_positions):
+    labels = labels_reference(input_ids, objective, masked_positions)
+    return labels.masked_fill(labels == -100, 0)
+
+
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [
+        (_next_token_only(lambda ids: ids.clone()), "labels are the inputs themselves"),
+        (_next_token_only(_own_token_from_1), "shift inside the loss"),
+        (_next_token_only(_previous_token), "shifted the wrong way"),
+        (_next_token_only(lambda ids: torch.roll(ids, -1)), "torch.roll wraps around"),
+        (_masked_only(lambda ids, masked: ids.clone()), "cover every position"),
+        (_masked_only(_unmasked_positions), "NOT masked"),
+        (_masked_only(_masked_next), "shifted by one"),
+        (_zero_fill, "mark the other positions with 0"),
+        (lambda ids, objective, masked: ids[:-1], r"shape \(n,\)"),
+        (lambda ids, objective, masked: 1 / 0, "raised ZeroDivisionError"),
+    ],
+)
+def test_labels_checker_names_the_mistake(fn, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_objective_labels(fn)

@@ -1,0 +1,175 @@
+"""Lesson 2's checkers: check_wordpiece and check_build_inputs."""
+
+import pytest
+import torch
+
+from encoderlab.course.checks import CheckFailed, check_build_inputs, check_wordpiece
+from encoderlab.tokenizer import wordpiece
+
+# --- check_wordpiece: wrong answers a learner might write ---------------------------------------
+
+
+def wp_shortest(word, vocab):
+    if len(word) > 100:
+        return ["[UNK]"]
+    pieces, start = [], 0
+    while start < len(word):
+        for end in range(start + 1, len(word) + 1):
+            piece = word[start:end] if start == 0 else "##" + word[start:end]
+            if piece in vocab:
+                break
+        else:
+            return ["[UNK]"]
+        pieces.append(piece)
+        start = end
+    return pieces
+
+
+def _greedy(word, vocab, prefix="##", strip=False, on_fail="unk", limit=True):
+    if limit and len(word) > 100:
+        return ["[UNK]"]
+    pieces, start = [], 0
+    while start < len(word):
+        end = len(word)
+        while end > start:
+            piece = word[start:end] if start == 0 else prefix + word[start:end]
+            if piece in vocab:
+                break
+            end -= 1
+        if end == start:
+            return pieces if on_fail == "partial" else ["[UNK]"]
+        pieces.append(piece[len(prefix):] if strip and start > 0 else piece)
+        start = end
+    return pieces
+
+
+def wp_no_prefix(word, vocab):
+    return _greedy(word, vocab, prefix="")
+
+
+def wp_strips_prefix(word, vocab):
+    return _greedy(word, vocab, strip=True)
+
+
+def wp_partial(word, vocab):
+    return _greedy(word, vocab, on_fail="partial")
+
+
+def wp_no_length_limit(word, vocab):
+    return _greedy(word, vocab, limit=False)
+
+
+def wp_unk_as_str(word, vocab):
+    pieces = _greedy(word, vocab)
+    return "[UNK]" if pieces == ["[UNK]"] else pieces
+
+
+def wp_ids(word, vocab):
+    return [hash(p) % 1000 for p in _greedy(word, vocab)]
+
+
+def wp_raises(word, vocab):
+    return [vocab[word]]  # a set cannot be indexed
+
+
+def test_wordpiece_checker_accepts_the_reference(capsys):
+    assert check_wordpiece(wordpiece) is True
+    assert "✓ WordPiece (wordpiece): correct on" in capsys.readouterr().out
+    assert check_wordpiece(lambda word, vocab: tuple(wordpiece(word, vocab)))  # a tuple is fine
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (wp_shortest, "you take the shortest piece"),
+        (wp_no_prefix, "without the '##' prefix"),
+        (wp_strips_prefix, "lack their '##' prefix"),
+        (wp_partial, "return the pieces found so far"),
+        (wp_no_length_limit, "longer than 100 characters"),
+        (wp_unk_as_str, r"returned the str '\[UNK\]'"),
+        (wp_ids, "must be strings"),
+        (wp_raises, "your function raised TypeError"),
+    ],
+)
+def test_wordpiece_checker_names_the_mistake(wrong, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_wordpiece(wrong)
+
+
+def test_wordpiece_checker_falls_back_to_the_first_difference():
+    def two_mistakes(word, vocab):  # shortest match AND continuations without "##"
+        return [p.removeprefix("##") for p in wp_shortest(word, vocab)]
+
+    with pytest.raises(CheckFailed, match=r"for the word 'unaffable' your pieces are \['u', 'n'"):
+        check_wordpiece(two_mistakes)
+
+
+# --- check_build_inputs ------------------------------------------------------------------------
+
+CLS, SEP = 101, 102
+
+
+def build(ids_a, ids_b=None):
+    input_ids = [CLS] + ids_a + [SEP]
+    token_type_ids = [0] * len(input_ids)
+    if ids_b is not None:
+        input_ids += ids_b + [SEP]
+        token_type_ids += [1] * (len(ids_b) + 1)
+    return input_ids, token_type_ids
+
+
+def build_first_sep_in_b(ids_a, ids_b=None):
+    ids, types = build(ids_a, ids_b)
+    if ids_b is not None:
+        types[len(ids_a) + 1] = 1
+    return ids, types
+
+
+def build_last_sep_in_a(ids_a, ids_b=None):
+    ids, types = build(ids_a, ids_b)
+    if ids_b is not None:
+        types[-1] = 0
+    return ids, types
+
+
+def build_without_cls(ids_a, ids_b=None):
+    ids, types = build(ids_a, ids_b)
+    return ids[1:], types[1:]
+
+
+def build_segments_one_and_two(ids_a, ids_b=None):
+    ids, types = build(ids_a, ids_b)
+    return ids, [t + 1 for t in types]
+
+
+def build_swapped_outputs(ids_a, ids_b=None):
+    ids, types = build(ids_a, ids_b)
+    return types, ids
+
+
+def build_too_few_types(ids_a, ids_b=None):
+    ids, types = build(ids_a, ids_b)
+    return ids, types[:-1]
+
+
+def test_build_inputs_checker_accepts_the_reference(capsys):
+    assert check_build_inputs(build) is True
+    assert "✓ [CLS]/[SEP] framing and segment ids (build)" in capsys.readouterr().out
+    assert check_build_inputs(lambda a, b=None: tuple(torch.tensor(x) for x in build(a, b)))
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (build_first_sep_in_b, "the first \\[SEP\\] is in segment 1"),
+        (build_last_sep_in_a, "the last \\[SEP\\] is in segment 0"),
+        (build_without_cls, "does not start with \\[CLS\\]"),
+        (build_segments_one_and_two, "segment ids are 1 and 2"),
+        (build_swapped_outputs, "returns \\(token_type_ids, input_ids\\)"),
+        (build_too_few_types, "one segment id per token"),
+        (lambda a, b=None: build(a, b)[0], "return a pair \\(input_ids, token_type_ids\\)"),
+    ],
+)
+def test_build_inputs_checker_names_the_mistake(wrong, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_build_inputs(wrong)

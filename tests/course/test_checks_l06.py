@@ -1,0 +1,75 @@
+"""Lesson 6's checkers: check_whole_word_positions and check_rtd_labels."""
+
+import pytest
+import torch
+
+from encoderlab.course import checks
+from encoderlab.objectives import IGNORE_INDEX, rtd_labels, word_ids
+
+# --- Checkers -----------------------------------------------------------------------------------
+
+
+def _ww_reference(ids, am, tokens, special, picked):
+    words = word_ids(ids, am, tokens, special)
+    return (words >= 0) & picked.gather(1, words.clamp(min=0))
+
+
+def test_check_whole_word_positions_accepts_the_reference(capsys):
+    assert checks.check_whole_word_positions(_ww_reference)
+    assert "correct on" in capsys.readouterr().out
+
+
+def _first_piece_only(ids, am, tokens, special, picked):
+    starts = torch.tensor([not t.startswith("##") for t in tokens])[ids]
+    return _ww_reference(ids, am, tokens, special, picked) & starts
+
+
+def _pieces_as_words(ids, am, tokens, special, picked):
+    ordinary = (am != 0) & ~torch.isin(ids, torch.tensor(special))
+    index = ordinary.long().cumsum(dim=1) - 1
+    return ordinary & picked.gather(1, index.clamp(min=0))
+
+
+def _with_specials(ids, am, tokens, special, picked):
+    return _ww_reference(ids, am, tokens, special, picked) | (ids == 2)
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_first_piece_only, "only the first piece"),
+        (_pieces_as_words, "every piece as a word of its own"),
+        (_with_specials, "special tokens or padding"),
+        (lambda *a: _ww_reference(*a)[:, :-1], "shape"),
+    ],
+)
+def test_check_whole_word_positions_rejects_mistakes(wrong, words):
+    with pytest.raises(checks.CheckFailed, match=words):
+        checks.check_whole_word_positions(wrong)
+
+
+def _rtd(ids, mlm, samples, am):
+    corrupted = torch.where(mlm != IGNORE_INDEX, samples, ids)
+    return rtd_labels(ids, corrupted, am)
+
+
+def test_check_rtd_labels_accepts_the_reference(capsys):
+    assert checks.check_rtd_labels(_rtd)
+    assert "correct on" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (lambda ids, mlm, s, am: (mlm != IGNORE_INDEX).long().masked_fill(am == 0, -100),
+         "every masked position 'replaced'"),
+        (lambda ids, mlm, s, am: _rtd(ids, mlm, s, am).masked_fill(mlm == -100, -100),
+         "only the masked positions"),
+        (lambda ids, mlm, s, am: _rtd(ids, mlm, s, am).masked_fill(am == 0, 0), "padding"),
+        (lambda ids, mlm, s, am: rtd_labels(ids, s, am), "at every position"),
+        (lambda ids, mlm, s, am: _rtd(ids, mlm, s, am) == 1, "booleans"),
+    ],
+)
+def test_check_rtd_labels_rejects_mistakes(wrong, words):
+    with pytest.raises(checks.CheckFailed, match=words):
+        checks.check_rtd_labels(wrong)

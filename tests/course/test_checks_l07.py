@@ -1,0 +1,88 @@
+"""Lesson 7's checkers: check_bio_to_spans, check_entity_f1 and check_best_span."""
+
+import pytest
+import torch
+
+from encoderlab.course.checks import (
+    CheckFailed,
+    check_best_span,
+    check_bio_to_spans,
+    check_entity_f1,
+)
+from encoderlab.lessons import l07_finetune as ft
+
+# --- Checkers -----------------------------------------------------------------------------------
+
+
+def test_check_bio_to_spans_accepts_the_reference_and_names_mistakes():
+    assert check_bio_to_spans(ft.bio_to_spans)
+
+    def exclusive_end(tags):
+        return [(k, s, e + 1) for k, s, e in ft.bio_to_spans(tags)]
+
+    def strict(tags):  # drops an I- that follows O
+        return [s for s in ft.bio_to_spans(tags) if tags[s[1]].startswith("B-")]
+
+    with pytest.raises(CheckFailed, match="end \\*inclusive\\*"):
+        check_bio_to_spans(exclusive_end)
+    with pytest.raises(CheckFailed, match="I-X that follows O"):
+        check_bio_to_spans(strict)
+    with pytest.raises(CheckFailed, match="list of \\(type, start, end\\) tuples"):
+        check_bio_to_spans(lambda tags: 3)
+
+
+def test_check_entity_f1_accepts_the_reference_and_names_mistakes():
+    assert check_entity_f1(lambda g, p: ft.entity_scores(g, p)["f1"])
+    assert check_entity_f1(ft.entity_scores)  # a dict with "f1" is accepted too
+
+    def untyped(gold, pred):  # compares (start, end) only
+        correct = n_gold = n_pred = 0
+        for g, p in zip(gold, pred):
+            g_spans = {span[1:] for span in ft.bio_to_spans(g)}
+            p_spans = {span[1:] for span in ft.bio_to_spans(p)}
+            correct, n_gold, n_pred = (correct + len(g_spans & p_spans), n_gold + len(g_spans),
+                                       n_pred + len(p_spans))
+        precision, recall = correct / max(n_pred, 1), correct / max(n_gold, 1)
+        return 2 * precision * recall / (precision + recall) if correct else 0.0
+
+    def per_sentence(gold, pred):
+        scores = [ft.entity_scores([g], [p]) for g, p in zip(gold, pred)]
+        scores = [s["f1"] for s in scores if s["n_gold"] or s["n_predicted"]]
+        return sum(scores) / len(scores)
+
+    with pytest.raises(CheckFailed, match="ignore the entity type"):
+        check_entity_f1(untyped)
+    with pytest.raises(CheckFailed, match="average an F1 per sentence"):
+        check_entity_f1(per_sentence)
+    with pytest.raises(CheckFailed, match="not a percentage"):
+        check_entity_f1(lambda g, p: 100 * ft.entity_scores(g, p)["f1"])
+
+    def token_accuracy(gold, pred):  # every tag compared, O included
+        pairs = [(a, b) for g, p in zip(gold, pred) for a, b in zip(g, p)]
+        return sum(a == b for a, b in pairs) / len(pairs)
+
+    with pytest.raises(CheckFailed, match="this is token accuracy"):
+        check_entity_f1(token_accuracy)
+    with pytest.raises(CheckFailed, match="count by hand"):  # a mistake with no name
+        check_entity_f1(lambda g, p: 0.5)
+
+
+def test_check_best_span_accepts_the_reference_and_names_mistakes():
+    def reference(s, e, context, max_tokens):
+        i, j, _ = ft.best_span(s[None], e[None], context[None], max_tokens)
+        return int(i), int(j)
+
+    def separately(s, e, context, max_tokens):
+        return (int(s.masked_fill(~context, -1e9).argmax()),
+                int(e.masked_fill(~context, -1e9).argmax()))
+
+    def anywhere(s, e, context, max_tokens):
+        return reference(s, e, torch.ones_like(context), max_tokens)
+
+    assert check_best_span(reference)
+    with pytest.raises(CheckFailed, match="best start and the best end separately"):
+        check_best_span(separately)
+    with pytest.raises(CheckFailed, match="outside the context"):
+        check_best_span(anywhere)
+    with pytest.raises(CheckFailed, match="return two ints"):
+        check_best_span(lambda s, e, c, m: 0)
