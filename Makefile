@@ -116,8 +116,8 @@ test-colab: $(COLAB_STAMP)
 		print("Colab case: Python", sys.version.split()[0], "· torch", torch.__version__, \
 		"· numpy", numpy.__version__, "· matplotlib", matplotlib.__version__, \
 		"· nbval", nbval.__version__, "· encoderlab from", encoderlab.__file__)'
-	cd $(COLAB_TREE) && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(CURDIR)/$(COLAB_BIN)/python -m pytest \
-		$$($(CURDIR)/$(COLAB_BIN)/python -c 'import xdist' 2> /dev/null && echo '-n 2 --dist loadfile') \
+	cd $(COLAB_TREE) && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(COLAB_BIN)/python -m pytest \
+		$$($(COLAB_BIN)/python -c 'import xdist' 2> /dev/null && echo '-n 2 --dist loadfile') \
 		--nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg lessons
 
 # Execute lesson notebooks in place (all, or NB=lessons/03-....ipynb), one at a time: before each,
