@@ -1,9 +1,15 @@
-"""Lesson 1's checkers: check_cosine_similarity and check_objective_labels."""
+"""Lesson 1's checkers: check_cosine_similarity, check_objective_labels and
+check_batch_objective."""
 
 import pytest
 import torch
 
-from encoderlab.course.checks import CheckFailed, check_cosine_similarity, check_objective_labels
+from encoderlab.course.checks import (
+    CheckFailed,
+    check_batch_objective,
+    check_cosine_similarity,
+    check_objective_labels,
+)
 
 # --- checks.check_cosine_similarity ------------------------------------------------------------
 
@@ -137,3 +143,90 @@ def _zero_fill(input_ids, objective, masked_positions):
 def test_labels_checker_names_the_mistake(fn, message):
     with pytest.raises(CheckFailed, match=message):
         check_objective_labels(fn)
+
+
+# --- checks.check_batch_objective: a learner's version, written out ---------------------------
+
+
+def batch_objective(input_ids, attention_mask, objective, chosen, mask_id, *, pad_labels=False,
+                    own_real=False, corrupt=True, causal=None, rows=False, padding=True):
+    """(inputs, labels, sees) of one objective on a padded batch; each keyword is one slip."""
+    b, n = input_ids.shape
+    real = attention_mask.bool()
+    inputs, labels = input_ids.clone(), torch.full_like(input_ids, -100)
+    if objective == "next-token":
+        labels[:, :-1] = input_ids[:, 1:]
+        if own_real:
+            labels[~real] = -100
+        elif not pad_labels:
+            labels[:, :-1][~real[:, 1:]] = -100
+    else:
+        labels[chosen] = input_ids[chosen]
+        if corrupt:
+            inputs[chosen] = mask_id
+    is_causal = objective == "next-token" if causal is None else causal
+    sees = torch.ones(b, n, n, dtype=torch.bool)
+    if is_causal:
+        sees = sees.tril()
+    if padding:
+        sees = sees & (real[:, :, None] if rows else real[:, None, :])
+    return inputs, labels, sees
+
+
+def test_check_batch_objective_accepts_the_reference(capsys):
+    assert check_batch_objective(batch_objective) is True
+    assert "correct on 8 cases" in capsys.readouterr().out
+
+    def broadcast_sees(*case):  # sees of shape (b, 1, n) for the masked objective is fine
+        inputs, labels, sees = batch_objective(*case)
+        return inputs, labels, sees if case[2] == "next-token" else case[1].bool()[:, None, :]
+
+    assert check_batch_objective(broadcast_sees)
+
+
+def _only(objective, **slip):
+    def wrong(input_ids, attention_mask, obj, chosen, mask_id):
+        return batch_objective(input_ids, attention_mask, obj, chosen, mask_id,
+                               **(slip if obj == objective else {}))
+    return wrong
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_only("next-token", pad_labels=True), r"^a position whose next token is \[PAD\]"),
+        (_only("next-token", own_real=True), r"^your last real token is scored against \[PAD\]"),
+        (_only("masked", corrupt=False), r"^your masked inputs still show the chosen tokens"),
+        (_only("next-token", causal=False), r"^your next-token visibility is bidirectional"),
+        (_only("masked", causal=True), r"^your masked-objective visibility is causal"),
+        (lambda *case: batch_objective(*case, rows=True), r"^your visibility hides \[PAD\] rows"),
+        (lambda *case: batch_objective(*case, padding=False),
+         r"^your visibility ignores the attention_mask"),
+    ],
+)
+def test_check_batch_objective_names_the_mistake(wrong, words):
+    with pytest.raises(CheckFailed, match=words):
+        check_batch_objective(wrong)
+
+
+def test_check_batch_objective_shapes_and_fallback():
+    def two_things(*case):
+        return batch_objective(*case)[:2]
+
+    def int_sees(*case):
+        inputs, labels, sees = batch_objective(*case)
+        return inputs, labels, sees.long()
+
+    def one_label_off(*case):
+        inputs, labels, sees = batch_objective(*case)
+        labels = labels.clone()
+        labels[0, 0] = 7  # [CLS] never carries a loss here
+        return inputs, labels, sees
+
+    with pytest.raises(CheckFailed, match=r"return the triple \(inputs, labels, sees\)"):
+        check_batch_objective(two_things)
+    with pytest.raises(CheckFailed, match=r"^your sees has dtype torch.int64"):
+        check_batch_objective(int_sees)
+    with pytest.raises(CheckFailed, match=r"^your labels differ from the reference on .* first at "
+                                          r"row 0, position 0: yours 7"):
+        check_batch_objective(one_label_off)

@@ -1,9 +1,15 @@
-"""Lesson 2's checkers: check_wordpiece and check_build_inputs."""
+"""Lesson 2's checkers: check_wordpiece, check_wordpiece_merges and check_build_inputs."""
 
 import pytest
 import torch
 
-from encoderlab.course.checks import CheckFailed, check_build_inputs, check_wordpiece
+from encoderlab.course.checks import (
+    CheckFailed,
+    check_build_inputs,
+    check_wordpiece,
+    check_wordpiece_merges,
+)
+from encoderlab.lessons import l02_vocab as lv
 from encoderlab.tokenizer import wordpiece
 
 # --- check_wordpiece: wrong answers a learner might write ---------------------------------------
@@ -173,3 +179,92 @@ def test_build_inputs_checker_accepts_the_reference(capsys):
 def test_build_inputs_checker_names_the_mistake(wrong, words):
     with pytest.raises(CheckFailed, match=words):
         check_build_inputs(wrong)
+
+
+# --- check_wordpiece_merges: the training loop, right and wrong ----------------------------------
+
+
+def _learner_merges(counts, n_merges, score="likelihood", prefix="##", strip=True,
+                    recount=True, tie="smallest", weighted=True):
+    """How a learner might write the loop, with one slip switched on at a time."""
+    splits = {w: [c if i == 0 else prefix + c for i, c in enumerate(w)] for w in counts}
+    merges = []
+
+    def count():
+        sym, pair = {}, {}
+        for w, parts in splits.items():
+            n = counts[w] if weighted else 1
+            for s in parts:
+                sym[s] = sym.get(s, 0) + n
+            for p in zip(parts, parts[1:]):
+                pair[p] = pair.get(p, 0) + n
+        return sym, pair
+
+    sym, pair = count()
+    while len(merges) < n_merges:
+        if recount:
+            sym, pair = count()
+        if not pair:
+            break
+        scores = {p: c if score == "frequency" else c / (sym[p[0]] * sym[p[1]])
+                  for p, c in pair.items()}
+        if tie == "first":
+            a, b = max(scores, key=scores.get)
+        else:
+            a, b = min(scores, key=lambda p: (-scores[p], p))
+        new = a + (b[len(prefix):] if strip and b.startswith(prefix) and prefix else b)
+        for parts in splits.values():
+            i = 0
+            while i < len(parts) - 1:
+                if parts[i] == a and parts[i + 1] == b:
+                    parts[i:i + 2] = [new]
+                i += 1
+        merges.append((a, b))
+    return merges
+
+
+def test_merges_reference_passes(capsys):
+    assert check_wordpiece_merges(_learner_merges)
+    assert "correct on" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("switch, message", [
+    ({"score": "frequency"}, "BPE's score"),
+    ({"prefix": ""}, "have no '##'"),
+    ({"strip": False}, "keep the second symbol's '##'"),
+    ({"recount": False}, "same pair again and again"),
+    ({"tie": "first"}, "pair met first"),
+    ({"weighted": False}, "each distinct word once"),
+])
+def test_merges_mistakes_are_named(switch, message):
+    with pytest.raises(CheckFailed, match=message):
+        check_wordpiece_merges(lambda counts, n: _learner_merges(counts, n, **switch))
+
+
+def test_merges_first_ranking_is_named():
+    def first_ranking(counts, n_merges):
+        splits = {w: lv.split_word(w) for w in counts}
+        sym, pair = lv.count_symbols_and_pairs(splits, counts)
+        ranked = sorted(pair, key=lambda p: (-pair[p] / (sym[p[0]] * sym[p[1]]), p))
+        return ranked[:n_merges]
+
+    with pytest.raises(CheckFailed, match="follow the first ranking"):
+        check_wordpiece_merges(first_ranking)
+
+
+def test_merges_unknown_mistake_says_where():
+    def one_off(counts, n_merges):  # right, except that the last merge is dropped
+        merges = lv.train_merges_plain(counts, n_merges)
+        return merges[:-1] if len(merges) > 3 else merges
+
+    with pytest.raises(CheckFailed, match="you stop after"):
+        check_wordpiece_merges(one_off)
+
+
+def test_merges_wrong_return_types_are_explained():
+    with pytest.raises(CheckFailed, match="not the merged symbol"):
+        check_wordpiece_merges(lambda counts, n: ["##gs"])
+    with pytest.raises(CheckFailed, match="return the list of merges"):
+        check_wordpiece_merges(lambda counts, n: None)
+    with pytest.raises(CheckFailed, match="NotImplementedError"):
+        check_wordpiece_merges(lambda counts, n: (_ for _ in ()).throw(NotImplementedError()))

@@ -1,16 +1,19 @@
-"""Lesson 3's checkers: check_attention, check_causal_mask and check_padding_mask."""
+"""Lesson 3's checkers: check_attention, check_causal_mask, check_padding_mask and
+check_multi_head_attention."""
 
 import math
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from encoderlab import masks
-from encoderlab.attention import scaled_dot_product_attention
+from encoderlab.attention import MultiHeadAttention, scaled_dot_product_attention
 from encoderlab.course.checks import (
     CheckFailed,
     check_attention,
     check_causal_mask,
+    check_multi_head_attention,
     check_padding_mask,
 )
 
@@ -280,3 +283,81 @@ def test_checked_inputs_are_not_changed_by_the_learner():
         return scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k, v, mask)
 
     assert check_attention(in_place)
+
+
+# --- Multi-head self-attention from its weights -------------------------------------------------
+
+
+def _linear(x, params, name):
+    return F.linear(x, params[f"{name}.weight"], params[f"{name}.bias"])
+
+
+def self_attention(x, attention_mask, params, n_heads, *, split_ok=True, merge_ok=True,
+                   d_scale=False, rows=False, ignore_mask=False, project=True):
+    """A learner's multi-head self-attention, written out; each keyword is one slip."""
+    b, n, d = x.shape
+    d_k = d // n_heads
+
+    def split(t):
+        if split_ok:
+            return t.view(b, n, n_heads, d_k).transpose(1, 2)
+        return t.view(b, n_heads, n, d_k)
+
+    q, k, v = (split(_linear(x, params, name)) for name in ("w_q", "w_k", "w_v"))
+    s = q @ k.transpose(-2, -1) / math.sqrt(d if d_scale else d_k)
+    real = attention_mask.bool()
+    if not ignore_mask:
+        hide = ~real[:, None, :, None] if rows else ~real[:, None, None, :]
+        s = s.masked_fill(hide, float("-inf"))
+    out = torch.softmax(s, dim=-1) @ v  # (b, h, n, d_k); NaN rows when rows are hidden
+    out = out.transpose(1, 2).reshape(b, n, d) if merge_ok else out.reshape(b, n, d)
+    return _linear(out, params, "w_o") if project else out
+
+
+def self_attention_heads_shape(x, attention_mask, params, n_heads):
+    b, n, d = x.shape
+    q, k, v = (_linear(x, params, name).view(b, n, n_heads, -1).transpose(1, 2)
+               for name in ("w_q", "w_k", "w_v"))
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+
+
+def self_attention_noisy(x, attention_mask, params, n_heads):
+    return self_attention(x, attention_mask, params, n_heads) + 1e-2
+
+
+def test_multi_head_attention_accepts_the_reference(capsys):
+    assert check_multi_head_attention(self_attention) is True
+    assert "correct on 5 cases" in capsys.readouterr().out
+
+    def with_module(x, attention_mask, params, n_heads):  # the library's module, weights copied
+        mha = MultiHeadAttention(x.shape[-1], n_heads)
+        mha.load_state_dict(params)
+        return mha(x, mask=masks.padding(attention_mask))  # (out, weights) is accepted
+
+    assert check_multi_head_attention(with_module)
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ({"split_ok": False}, r"^your heads are cut from the wrong axis"),
+        ({"merge_ok": False}, r"^your heads are merged along the wrong axis"),
+        ({"d_scale": True}, r"^you scale the scores by sqrt\(d_model\)"),
+        ({"rows": True}, r"^your padding mask hides rows \(padding queries\)"),
+        ({"ignore_mask": True}, r"^your output ignores the attention_mask"),
+        ({"project": False}, r"^your output is the concatenated heads without the output"),
+    ],
+)
+def test_multi_head_attention_names_the_mistake(slip, words):
+    def wrong(x, attention_mask, params, n_heads):
+        return self_attention(x, attention_mask, params, n_heads, **slip)
+
+    with pytest.raises(CheckFailed, match=words):
+        check_multi_head_attention(wrong)
+
+
+def test_multi_head_attention_shape_and_fallback():
+    with pytest.raises(CheckFailed, match=r"^your output has the heads' shape \(b, h, n, d_k\)"):
+        check_multi_head_attention(self_attention_heads_shape)
+    with pytest.raises(CheckFailed, match=r"^your output differs from MultiHeadAttention"):
+        check_multi_head_attention(self_attention_noisy)

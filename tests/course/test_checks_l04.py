@@ -1,11 +1,18 @@
-"""Lesson 4's checkers: check_parameter_count and check_layer_norm."""
+"""Lesson 4's checkers: check_parameter_count, check_layer_norm and check_encoder_block."""
 
 import pytest
 import torch
 from torch.nn import functional as F
 
-from encoderlab.course.checks import CheckFailed, check_layer_norm, check_parameter_count
-from encoderlab.encoder import count_parameters
+from encoderlab import masks
+from encoderlab.attention import MultiHeadAttention
+from encoderlab.course.checks import (
+    CheckFailed,
+    check_encoder_block,
+    check_layer_norm,
+    check_parameter_count,
+)
+from encoderlab.encoder import EncoderBlock, EncoderConfig, count_parameters
 from encoderlab.lessons import l04_inspect_stack as inspect_stack
 
 # --- check_parameter_count: wrong answers a learner might write --------------------------------
@@ -158,3 +165,86 @@ def test_layer_norm_fallback_names_nan_and_the_size_of_the_difference():
 
     with pytest.raises(CheckFailed, match=r"differs from .* by up to 0\.001"):
         check_layer_norm(slightly_off)
+
+
+# --- check_encoder_block: a learner's block, written out -----------------------------------------
+
+
+def encoder_block(h, attention_mask, params, n_heads, eps, *, pre=False, add_after_norm=False,
+                  act=F.gelu, attention_residual=True, mlp_residual=True, swap_norms=False):
+    """A learner's post-LN block from an EncoderBlock state dict; each keyword is one slip."""
+    d = h.shape[-1]
+    attention = MultiHeadAttention(d, n_heads)
+    attention.load_state_dict({k.removeprefix("attention."): t for k, t in params.items()
+                               if k.startswith("attention.")})
+    first, second = ("norm_2", "norm_1") if swap_norms else ("norm_1", "norm_2")
+
+    def ln(x, name):
+        return F.layer_norm(x, (d,), params[f"{name}.weight"], params[f"{name}.bias"], eps)
+
+    def attend(x):
+        return attention(x, mask=masks.padding(attention_mask))[0]
+
+    def mlp(x):
+        u = act(F.linear(x, params["mlp.w_1.weight"], params["mlp.w_1.bias"]))
+        return F.linear(u, params["mlp.w_2.weight"], params["mlp.w_2.bias"])
+
+    with torch.no_grad():
+        if pre:
+            h = h + attend(ln(h, first))
+            return h + mlp(ln(h, second))
+        for f, name, keep in ((attend, first, attention_residual), (mlp, second, mlp_residual)):
+            if add_after_norm:
+                h = h + ln(f(h), name)
+            else:
+                h = ln(h + f(h) if keep else f(h), name)
+        return h
+
+
+def test_encoder_block_accepts_the_reference(capsys):
+    assert check_encoder_block(encoder_block) is True
+    assert "correct on 4 cases" in capsys.readouterr().out
+
+    def with_module(h, attention_mask, params, n_heads, eps):  # the library's block, returned
+        d = h.shape[-1]
+        config = EncoderConfig(vocab_size=8, d_model=d, n_heads=n_heads, n_layers=1, d_ff=4 * d,
+                               layer_norm_eps=eps, dropout=0.0)
+        block = EncoderBlock(config).eval()
+        block.load_state_dict(params)
+        return block(h, mask=masks.padding(attention_mask))  # (h, weights) is accepted
+
+    assert check_encoder_block(with_module)
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ({"pre": True}, r"^your block is pre-LN"),
+        ({"add_after_norm": True}, r"^you normalise the sub-layer's output and add the residual"),
+        ({"act": F.relu}, r"^your MLP uses ReLU"),
+        ({"act": lambda u: F.gelu(u, approximate="tanh")}, r"^your MLP uses the tanh approx"),
+        ({"attention_residual": False, "mlp_residual": False}, r"^your block has no residual"),
+        ({"attention_residual": False}, r"^the attention sub-layer has no residual"),
+        ({"mlp_residual": False}, r"^the MLP sub-layer has no residual"),
+        ({"swap_norms": True}, r"^your LayerNorms are swapped"),
+    ],
+)
+def test_encoder_block_names_the_mistake(slip, words):
+    def wrong(h, attention_mask, params, n_heads, eps):
+        return encoder_block(h, attention_mask, params, n_heads, eps, **slip)
+
+    with pytest.raises(CheckFailed, match=words):
+        check_encoder_block(wrong)
+
+
+def test_encoder_block_shape_and_fallback():
+    def mean_over_tokens(h, attention_mask, params, n_heads, eps):
+        return encoder_block(h, attention_mask, params, n_heads, eps).mean(dim=1)
+
+    def noisy(h, attention_mask, params, n_heads, eps):
+        return encoder_block(h, attention_mask, params, n_heads, eps) + 1e-3
+
+    with pytest.raises(CheckFailed, match=r"^your output has shape .* a block keeps the shape"):
+        check_encoder_block(mean_over_tokens)
+    with pytest.raises(CheckFailed, match=r"^your output differs from EncoderBlock"):
+        check_encoder_block(noisy)

@@ -1,10 +1,15 @@
-"""Lesson 5's checkers: check_mlm_corrupt and check_masked_loss."""
+"""Lesson 5's checkers: check_mlm_corrupt, check_masked_loss and check_fill_mask."""
 
 import pytest
 import torch
 from torch.nn import functional as F
 
-from encoderlab.course.checks import CheckFailed, check_masked_loss, check_mlm_corrupt
+from encoderlab.course.checks import (
+    CheckFailed,
+    check_fill_mask,
+    check_masked_loss,
+    check_mlm_corrupt,
+)
 from encoderlab.objectives import mlm_corrupt, mlm_loss
 
 # --- checkers ------------------------------------------------------------------------------------
@@ -121,3 +126,77 @@ def test_check_masked_loss_names_the_per_sequence_mean():
 
     with pytest.raises(CheckFailed, match="average each sequence's loss"):
         check_masked_loss(per_row)
+
+
+# --- check_fill_mask: a learner's filler, written out ------------------------------------------
+
+
+def fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k, *, exclude=True,
+              after=False, shift=0, pass_mask=True, softmax=True, log=False):
+    """A learner's batched fill-mask; each keyword is one slip."""
+    rows, positions = (input_ids == mask_id).nonzero(as_tuple=True)  # row-major
+    with torch.no_grad():
+        logits = model(input_ids, attention_mask) if pass_mask else model(input_ids)
+    scores = logits[rows, positions + shift].clone()  # (m, V)
+    if exclude and not after:
+        scores[:, special_ids] = float("-inf")
+    probs = torch.softmax(scores, dim=-1) if softmax else scores
+    if log:
+        probs = torch.log_softmax(scores, dim=-1)
+    if after:
+        probs[:, special_ids] = 0.0
+    top = probs.topk(k, dim=-1)
+    return top.indices, top.values
+
+
+def test_check_fill_mask_accepts_the_reference(capsys):
+    assert check_fill_mask(fill_mask) is True
+    assert "correct on 4 cases" in capsys.readouterr().out
+
+    def as_lists(*args):  # plain lists are accepted too
+        ids, probs = fill_mask(*args)
+        return ids.tolist(), probs.tolist()
+
+    assert check_fill_mask(as_lists)
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ({"exclude": False}, r"^your guesses include special tokens"),
+        ({"after": True}, r"^your probabilities do not sum to 1 over the ordinary tokens"),
+        ({"shift": -1}, r"^you read the model's output one position to the left"),
+        ({"pass_mask": False}, r"^your guesses change with the padding"),
+        ({"softmax": False}, r"^you return logits, not probabilities"),
+        ({"log": True}, r"^you return log-probabilities"),
+    ],
+)
+def test_check_fill_mask_names_the_mistake(slip, words):
+    def wrong(*args):
+        return fill_mask(*args, **slip)
+
+    with pytest.raises(CheckFailed, match=words):
+        check_fill_mask(wrong)
+
+
+def test_check_fill_mask_shapes_and_fallback():
+    def first_mask_only(model, input_ids, attention_mask, mask_id, special_ids, k):
+        ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
+        return ids[:1], probs[:1]
+
+    def reversed_order(model, input_ids, attention_mask, mask_id, special_ids, k):
+        ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
+        return ids.flip(-1), probs.flip(-1)  # least probable first
+
+    def rounded(model, input_ids, attention_mask, mask_id, special_ids, k):
+        ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
+        return ids, probs.round(decimals=2)
+
+    with pytest.raises(CheckFailed, match=r"^your ids and probs have shapes .* one row of k"):
+        check_fill_mask(first_mask_only)
+    with pytest.raises(CheckFailed, match=r"^your top-k ids differ from the reference on case"):
+        check_fill_mask(reversed_order)
+    with pytest.raises(CheckFailed, match=r"^your ids are right but your probabilities differ"):
+        check_fill_mask(rounded)
+    with pytest.raises(CheckFailed, match=r"return the pair \(ids, probs\)"):
+        check_fill_mask(lambda *args: fill_mask(*args)[0])

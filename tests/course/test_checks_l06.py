@@ -73,3 +73,72 @@ def test_check_rtd_labels_accepts_the_reference(capsys):
 def test_check_rtd_labels_rejects_mistakes(wrong, words):
     with pytest.raises(checks.CheckFailed, match=words):
         checks.check_rtd_labels(wrong)
+
+
+# --- SpanBERT's span layout ----------------------------------------------------------------------
+
+
+def _spans(words, budget, draws):
+    """A learner's answer written independently of the checker's reference."""
+    chosen = torch.zeros(len(words), dtype=torch.bool)
+    n_words = int(words.max()) + 1
+    used = 0
+    for length, start in draws:
+        if used >= budget:
+            break
+        span = [w for w in range(start, min(start + length, n_words))
+                if not chosen[words == w].any()]
+        while span and used + int(torch.isin(words, torch.tensor(span)).sum()) > budget:
+            span.pop()
+        if span:
+            pieces = torch.isin(words, torch.tensor(span))
+            used += int(pieces.sum())
+            chosen |= pieces
+    return chosen
+
+
+def _spans_by_position(words, budget, draws):
+    ordinary = (words >= 0).nonzero().flatten().tolist()
+    chosen = torch.zeros(len(words), dtype=torch.bool)
+    for length, start in draws:
+        for i in ordinary[start:start + length]:
+            if int(chosen.sum()) < budget:
+                chosen[i] = True
+    return chosen
+
+
+def test_check_span_positions_accepts_an_independent_answer(capsys):
+    assert checks.check_span_positions(_spans)
+    assert "correct on" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("_span_no_cut", "more pieces than the budget"),
+        ("_span_discard", "drop a span that does not fit whole"),
+        ("_span_counts_words", "count words towards the budget"),
+        ("_span_inclusive", "one word too long"),
+        ("_span_counts_overlap_twice", "counted again towards the budget"),
+    ],
+)
+def test_check_span_positions_names_each_mistake(name, words):
+    from encoderlab.course.checks import l06
+
+    with pytest.raises(checks.CheckFailed, match=words):
+        checks.check_span_positions(getattr(l06, name))
+
+
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (_spans_by_position, "only partly chosen"),
+        (lambda w, b, d: _spans(w, b, d) | (w < 0), "belong to no word"),
+        (lambda w, b, d: _spans(w, b, d)[:-1], "shape"),
+        (lambda w, b, d: _spans(w, b, d).long() * 2, "other than 0/1"),
+        (lambda w, b, d: torch.zeros(len(w), dtype=torch.bool), "differs from the reference"),
+    ],
+)
+def test_check_span_positions_rejects_other_answers(wrong, words):
+    with pytest.raises(checks.CheckFailed, match=words):
+        checks.check_span_positions(wrong)

@@ -1,4 +1,5 @@
-"""Lesson 7's checkers: check_bio_to_spans, check_entity_f1 and check_best_span."""
+"""Lesson 7's checkers: check_bio_to_spans, check_entity_f1, check_best_span and
+check_window_span."""
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from encoderlab.course.checks import (
     check_best_span,
     check_bio_to_spans,
     check_entity_f1,
+    check_window_span,
 )
 from encoderlab.lessons import l07_finetune as ft
 
@@ -86,3 +88,57 @@ def test_check_best_span_accepts_the_reference_and_names_mistakes():
         check_best_span(anywhere)
     with pytest.raises(CheckFailed, match="return two ints"):
         check_best_span(lambda s, e, c, m: 0)
+
+
+# --- The best answer across windows (§7) --------------------------------------------------------
+
+
+def test_check_window_span_accepts_the_reference():
+    from encoderlab.lessons.l07_longqa import best_answer_across_windows
+
+    assert check_window_span(best_answer_across_windows)
+
+
+def test_check_window_span_loops_written_by_hand_pass():
+    def by_hand(s, e, offsets, context_start, lengths, max_tokens):
+        best = None
+        for k in range(len(s)):
+            stop = context_start + int(lengths[k])
+            for i in range(context_start, stop):
+                for j in range(i, min(stop, i + max_tokens)):
+                    score = float(s[k, i] + e[k, j])
+                    if best is None or score > best[0]:
+                        best = (score, int(offsets[k]) + i - context_start,
+                                int(offsets[k]) + j - context_start)
+        null = float((s[:, 0] + e[:, 0]).min())
+        return None if best[0] <= null else (best[1], best[2])
+
+    assert check_window_span(by_hand)
+
+
+@pytest.mark.parametrize("switch, message", [
+    ({"offset": False}, "add the window's offset"),
+    ({"shift": False}, "subtract context_start"),
+    ({"use_null": False}, "never answer 'no answer'"),
+    ({"first": True}, "only the first window"),
+    ({"ordered": False}, "end before it starts"),
+    ({"limit": False}, "longer than max_tokens"),
+    ({"context_only": False}, "start or end on \\[CLS\\] or the question"),
+    ({"null": "window"}, "null score of the window where the best span is"),
+    ({"null": "max"}, "largest null score"),
+])
+def test_check_window_span_names_each_mistake(switch, message):
+    from encoderlab.course.checks.l07 import _window_variant
+
+    def wrong(*case):
+        return _window_variant(*case, **switch)
+
+    with pytest.raises(CheckFailed, match=message):
+        check_window_span(wrong)
+
+
+def test_check_window_span_rejects_unusable_answers_and_unknown_mistakes():
+    with pytest.raises(CheckFailed, match="or None for no answer"):
+        check_window_span(lambda s, e, o, c, lengths, m: "none")
+    with pytest.raises(CheckFailed, match="the right answer is"):
+        check_window_span(lambda s, e, o, c, lengths, m: (0, 0))

@@ -1,4 +1,5 @@
-"""Lesson 8's checkers: check_mean_pooling, check_recall_at_k and check_in_batch_negatives_loss."""
+"""Lesson 8's checkers: check_mean_pooling, check_recall_at_k, check_in_batch_negatives_loss and
+check_rerank_top_k."""
 
 import pytest
 import torch
@@ -8,8 +9,14 @@ from encoderlab.course.checks import (
     check_in_batch_negatives_loss,
     check_mean_pooling,
     check_recall_at_k,
+    check_rerank_top_k,
 )
-from encoderlab.course.checks.l08 import _INFO_NCE_MISTAKES, _POOLING_MISTAKES, _RECALL_MISTAKES
+from encoderlab.course.checks.l08 import (
+    _INFO_NCE_MISTAKES,
+    _POOLING_MISTAKES,
+    _RECALL_MISTAKES,
+    _RERANK_MISTAKES,
+)
 from encoderlab.heads import pool
 from encoderlab.lessons import l08_retrieval as R
 
@@ -69,3 +76,62 @@ def test_check_in_batch_negatives_loss_names_each_mistake(message, wrong):
 def test_check_in_batch_negatives_loss_shape():
     with pytest.raises(CheckFailed, match="return one number"):
         check_in_batch_negatives_loss(lambda a, b, s: (a * b).sum(1))
+
+
+# --- re-ranking the top k (§6) ---------------------------------------------------------------
+
+
+def test_check_rerank_top_k_accepts_the_reference(capsys):
+    from encoderlab.lessons.l08_rerank import rerank_top_k
+
+    assert check_rerank_top_k(rerank_top_k)
+    assert "re-rank the top k" in capsys.readouterr().out
+
+
+def _learner(wrong):
+    """A learner's function that makes the mistake ``wrong`` (bi, table, k) while calling the
+    cross-encoder as it should (top k only, once each)."""
+    def fn(bi, cross_score, k):
+        top = torch.sort(bi, dim=1, descending=True, stable=True).indices[:, :k]
+        table = torch.full(bi.shape, -1e9, dtype=torch.float64)  # outside the top k: unscored
+        for i, row in enumerate(top.tolist()):
+            table[i, row] = torch.as_tensor(cross_score(i, row), dtype=torch.float64)
+        return wrong(bi, table, k)
+    return fn
+
+
+@pytest.mark.parametrize("message, wrong", _RERANK_MISTAKES)
+def test_check_rerank_top_k_names_each_mistake(message, wrong):
+    with pytest.raises(CheckFailed) as info:
+        check_rerank_top_k(_learner(wrong))
+    assert str(info.value) == message
+
+
+def test_check_rerank_top_k_refuses_scoring_the_whole_collection():
+    def everything(bi, cross_score, k):
+        scores = torch.stack([torch.as_tensor(cross_score(i, list(range(bi.shape[1]))))
+                              for i in range(bi.shape[0])])
+        return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+
+    with pytest.raises(CheckFailed, match="not in its bi-encoder top"):
+        check_rerank_top_k(everything)
+
+    def twice(bi, cross_score, k):
+        from encoderlab.lessons.l08_rerank import rerank_top_k
+
+        for i in range(bi.shape[0]):
+            top = torch.sort(bi[i], descending=True, stable=True).indices[:k].tolist()
+            cross_score(i, top)
+        return rerank_top_k(bi, cross_score, k)
+
+    with pytest.raises(CheckFailed, match="more than once"):
+        check_rerank_top_k(twice)
+
+
+def test_check_rerank_top_k_shape_and_other_answers():
+    with pytest.raises(CheckFailed, match=r"expected \(n_q, k\)"):
+        check_rerank_top_k(lambda bi, c, k: [c(i, torch.sort(bi[i], descending=True,
+                                                               stable=True).indices[:k].tolist())
+                                             for i in range(bi.shape[0])] and bi[:, :k + 1])
+    with pytest.raises(CheckFailed, match="raised ZeroDivisionError"):
+        check_rerank_top_k(lambda bi, c, k: 1 / 0)

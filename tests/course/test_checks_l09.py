@@ -5,9 +5,10 @@ from functools import partial
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from encoderlab.course import checks
-from encoderlab.course.checks.l09 import _online_variant
+from encoderlab.course.checks.l09 import FULL_ROW_SOFTMAX, _online_variant
 
 # --- the online-softmax checker ------------------------------------------------------------------
 
@@ -130,16 +131,75 @@ def _global_max_first(s, v, chunk_size):
 @pytest.mark.parametrize(
     ("answer", "read"),
     [
-        (lambda s, v, c: torch.softmax(s, -1) @ v, "softmax on 8 key columns"),
-        (lambda s, v, c: s.float().softmax(dim=1) @ v, "softmax on 8 key columns"),
-        (lambda s, v, c: torch.softmax(s[:, :], -1) @ v, "softmax on 8 key columns"),
-        (lambda s, v, c: torch.softmax(s.T, 0).T @ v, "softmax on 8 key columns"),
+        (lambda s, v, c: (s.amax(dim=1, keepdim=True), _reference_online(s, v, c))[1],
+         "amax on 8 key columns"),
         (_global_max_first, "amax on 8 key columns"),
+        (lambda s, v, c: _reference_online(s.exp().log(), v, c), "exp on 8 key columns"),
     ],
 )
 def test_check_online_softmax_rejects_reading_the_whole_row(answer, read):
     with pytest.raises(checks.CheckFailed, match=f"computed {read} at once"):
         checks.check_online_softmax(answer)
+
+
+def _softmax_after_rebuilding_the_row(s, v, chunk_size):
+    """The whole row rebuilt from its chunks, then one softmax: what the exercise forbids."""
+    row = torch.cat([s[:, c : c + chunk_size] for c in range(0, s.shape[1], chunk_size)], dim=1)
+    return torch.softmax(row, dim=-1) @ v
+
+
+def _softmax_in_a_try(s, v, chunk_size):
+    """A full-row softmax whose exceptions would be swallowed: the check must not rely on one."""
+    try:
+        return F.softmax(torch.Tensor(s), dim=1) @ v
+    except Exception:
+        return _reference_online(s, v, chunk_size)
+
+
+@pytest.mark.parametrize(
+    ("answer", "called"),
+    [
+        (lambda s, v, c: torch.softmax(s, -1) @ v, "torch.softmax over 8 entries"),
+        (lambda s, v, c: s.float().softmax(dim=1) @ v, "Tensor.softmax over 8 entries"),
+        (lambda s, v, c: torch.softmax(s[:, :], -1) @ v, "torch.softmax over 8 entries"),
+        (lambda s, v, c: torch.softmax(s.T, 0).T @ v, "torch.softmax over 8 entries"),
+        (lambda s, v, c: F.softmax(s.as_subclass(torch.Tensor), -1) @ v, "F.softmax over 8"),
+        (lambda s, v, c: torch.nn.Softmax(dim=-1)(s) @ v, "F.softmax over 8 entries"),
+        (lambda s, v, c: torch.log_softmax(s.detach(), -1).exp() @ v, "torch.log_softmax over 8"),
+        (lambda s, v, c: (s - s.logsumexp(1, keepdim=True)).exp() @ v, "Tensor.logsumexp over 8"),
+        (_softmax_after_rebuilding_the_row, "torch.softmax over 8 entries"),
+        (_softmax_in_a_try, "F.softmax over 8 entries"),
+    ],
+)
+def test_check_online_softmax_rejects_a_full_row_softmax(answer, called):
+    with pytest.raises(checks.CheckFailed, match=f"^your function {FULL_ROW_SOFTMAX} \\({called}"):
+        checks.check_online_softmax(answer)
+
+
+def _softmax_family():
+    return (torch.softmax, F.softmax, torch.Tensor.softmax, torch.logsumexp, torch.special.softmax)
+
+
+def test_the_full_row_guard_restores_the_softmax_family():
+    before = _softmax_family()
+    with pytest.raises(checks.CheckFailed):
+        checks.check_online_softmax(_softmax_after_rebuilding_the_row)
+    with pytest.raises(checks.CheckFailed, match="raised RuntimeError"):
+        checks.check_online_softmax(lambda s, v, c: (_ for _ in ()).throw(RuntimeError("x")))
+    assert all(a is b for a, b in zip(before, _softmax_family(), strict=True))
+    assert torch.allclose(torch.softmax(torch.zeros(9), 0), torch.full((9,), 1 / 9))
+
+
+def test_a_softmax_over_one_chunk_is_allowed():
+    """Normalising each chunk on its own is a named mistake, not a forbidden call."""
+
+    def per_chunk(s, v, chunk_size):
+        parts = [torch.softmax(s[:, c : c + chunk_size], -1) @ v[c : c + chunk_size]
+                 for c in range(0, s.shape[1], chunk_size)]
+        return sum(parts) / len(parts)
+
+    with pytest.raises(checks.CheckFailed, match="normalise each chunk on its own"):
+        checks.check_online_softmax(per_chunk)
 
 
 def test_check_online_softmax_reports_shape_and_errors():

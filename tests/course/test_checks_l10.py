@@ -1,10 +1,11 @@
-"""Lesson 10's checker: check_prefix_lm_mask."""
+"""Lesson 10's checkers: check_prefix_lm_mask and check_cached_greedy."""
 
 import pytest
 import torch
 
 from encoderlab import masks
-from encoderlab.course.checks import CheckFailed, check_prefix_lm_mask
+from encoderlab.attention import KVCache
+from encoderlab.course.checks import CheckFailed, check_cached_greedy, check_prefix_lm_mask
 
 
 def test_reference_passes(capsys):
@@ -49,3 +50,119 @@ def test_unknown_mistake_points_at_a_cell():
 
     with pytest.raises(CheckFailed, match="first is query i="):
         check_prefix_lm_mask(odd)
+
+
+# --- check_cached_greedy (§5) ---------------------------------------------------------------
+
+
+def learner_loop(model, src_ids, src_mask, max_new_tokens, *, fresh_cross=False, whole=False,
+                 shift=0, first=None, mask_done=True, stop=True, no_cache=False):
+    """A learner's loop written from the exercise's text; each keyword is one slip."""
+    cfg = model.config
+    with torch.no_grad():
+        memory = model.encode(src_ids, src_mask)
+        cross_mask = masks.padding(src_mask)
+        caches = [(KVCache(), KVCache()) for _ in model.blocks]
+        inputs = torch.full((src_ids.shape[0], 1), cfg.bos_id if first is None else first)
+        done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
+        out = []
+        for step in range(max_new_tokens):
+            if whole or no_cache:
+                x, pos = inputs, torch.arange(inputs.shape[1])
+            else:
+                x, pos = inputs[:, -1:], torch.tensor([step])
+            y = model.token(x) + model.position(pos + shift)
+            for block, (self_cache, cross_cache) in zip(model.blocks, caches):
+                if no_cache:
+                    y, _ = block(y, memory, masks.causal(x.shape[1]), cross_mask, None)
+                else:
+                    pair = (self_cache, KVCache() if fresh_cross else cross_cache)
+                    y, _ = block(y, memory, None, cross_mask, pair)
+            token = model.lm_head(model.final_norm(y[:, -1])).argmax(-1)
+            if mask_done:
+                token = token.masked_fill(done, cfg.pad_id)
+            out.append(token)
+            done = done | (token == cfg.eos_id)
+            inputs = torch.cat([inputs, token[:, None]], 1)
+            if stop and bool(done.all()):
+                break
+        return torch.stack(out, 1)
+
+
+def test_cached_reference_passes(capsys):
+    assert check_cached_greedy(learner_loop)
+    assert "correct on 5 cases" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("slip", "message"),
+    [
+        ({"no_cache": True}, "does not use the cache"),
+        ({"fresh_cross": True}, "cross-attention keys and values are recomputed"),
+        ({"whole": True}, "duplicated keys"),
+        ({"shift": 1}, "position ids are one too far"),
+        ({"first": 0}, "does not start from bos"),
+        ({"mask_done": False}, "keep writing after their eos"),
+        ({"stop": False}, "does not stop when every row"),
+    ],
+)
+def test_cached_mistakes_are_named(slip, message):
+    def wrong(model, src_ids, src_mask, max_new_tokens):
+        return learner_loop(model, src_ids, src_mask, max_new_tokens, **slip)
+
+    with pytest.raises(CheckFailed, match=message):
+        check_cached_greedy(wrong)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_calling_generate_is_refused(use_cache):
+    def with_library(model, src_ids, src_mask, max_new_tokens):
+        return model.generate(src_ids, src_mask, max_new_tokens=max_new_tokens,
+                              use_cache=use_cache).ids
+
+    with pytest.raises(CheckFailed, match="calls model.generate"):
+        check_cached_greedy(with_library)
+
+
+def test_calling_decode_is_refused():
+    def with_decode(model, src_ids, src_mask, max_new_tokens):
+        memory = model.encode(src_ids, src_mask)
+        caches = [(KVCache(), KVCache()) for _ in model.blocks]
+        ids = torch.full((src_ids.shape[0], 1), model.config.bos_id)
+        for _ in range(max_new_tokens):
+            logits, _ = model.decode(ids[:, -1:], memory, src_mask, caches)
+            ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], 1)
+        return ids[:, 1:]
+
+    with pytest.raises(CheckFailed, match="calls model.decode"):
+        check_cached_greedy(with_decode)
+
+
+def test_the_model_is_left_as_it_was():
+    from encoderlab.course.checks.l10 import _counting, _greedy_cases
+
+    model, src_ids, src_mask, steps = _greedy_cases()[1]
+    _, _, used = _counting(lambda m, *a: m.generate(*a).ids)(model, src_ids, src_mask, steps)
+    assert used[0] == "generate" and "decode" in used
+    assert "generate" not in vars(model) and "decode" not in vars(model)
+
+    def fails(m, *a):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        _counting(fails)(model, src_ids, src_mask, steps)
+    assert "generate" not in vars(model) and "decode" not in vars(model)
+
+
+def test_cached_unknown_mistake_and_bad_returns():
+    def off_at_the_end(model, src_ids, src_mask, max_new_tokens):
+        ids = learner_loop(model, src_ids, src_mask, max_new_tokens)
+        ids[:, -1] = 3
+        return ids
+
+    with pytest.raises(CheckFailed, match="tokens differ from generate"):
+        check_cached_greedy(off_at_the_end)
+    with pytest.raises(CheckFailed, match="integer tensor"):
+        check_cached_greedy(lambda *a: learner_loop(*a).float())
+    with pytest.raises(CheckFailed, match="raised ValueError"):
+        check_cached_greedy(lambda *a: (_ for _ in ()).throw(ValueError("no")))

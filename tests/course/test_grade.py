@@ -20,7 +20,7 @@ from encoderlab.course import grade, student
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "lessons"
 LESSON_3 = LESSONS / "03-bidirectional-self-attention.ipynb"
-CODE_EXERCISES = ["l3-ex-attention", "l3-ex-causal", "l3-ex-padding"]
+CODE_EXERCISES = ["l3-ex-attention", "l3-ex-causal", "l3-ex-padding", "l3-ex-mha"]
 WRITTEN_EXERCISES = ["l3-ex-count", "l3-ex-leak", "l3-ex-cache"]
 
 
@@ -76,12 +76,12 @@ def test_the_published_lesson_gets_full_marks():
     assert report.lesson == "03-bidirectional-self-attention"
     assert report.title == "Lesson 3 — Bidirectional Self-Attention"
     assert [r.label for r in report.results] == [
-        "l3-ex-count", "l3-ex-attention", "l3-ex-causal", "l3-ex-padding", "l3-ex-leak",
-        "l3-ex-cache"]
+        "l3-ex-count", "l3-ex-attention", "l3-ex-causal", "l3-ex-padding", "l3-ex-mha",
+        "l3-ex-leak", "l3-ex-cache"]
     statuses = _statuses(report)
     assert all(statuses[label] == grade.PASSED for label in CODE_EXERCISES), statuses
     assert all(statuses[label] == grade.MANUAL for label in WRITTEN_EXERCISES), statuses
-    assert (report.score, report.possible) == (3, 3)
+    assert (report.score, report.possible) == (4, 4)
     messages = {r.label: r.message for r in report.results}
     assert messages["l3-ex-attention"].startswith("✓ scaled dot-product attention")
 
@@ -93,7 +93,7 @@ def test_an_untouched_student_notebook_gets_zero(exercises_3, tmp_path):
     statuses = _statuses(report)
     assert all(statuses[label] == grade.NOT_ATTEMPTED for label in CODE_EXERCISES), statuses
     assert all(statuses[label] == grade.MANUAL for label in WRITTEN_EXERCISES), statuses
-    assert (report.score, report.possible) == (0, 3)
+    assert (report.score, report.possible) == (0, 4)
     messages = {r.label: r.message for r in report.results}
     assert messages["l3-ex-causal"] == "the stub still raises NotImplementedError"
     assert messages["l3-ex-count"] == "written answer: the answer cell is empty"
@@ -108,11 +108,11 @@ def test_one_wrong_answer_loses_exactly_that_exercise(exercises_3, tmp_path):
     assert statuses == {
         "l3-ex-count": grade.MANUAL, "l3-ex-attention": grade.PASSED,
         "l3-ex-causal": grade.FAILED, "l3-ex-padding": grade.PASSED,
-        "l3-ex-leak": grade.MANUAL, "l3-ex-cache": grade.MANUAL,
+        "l3-ex-mha": grade.PASSED, "l3-ex-leak": grade.MANUAL, "l3-ex-cache": grade.MANUAL,
     }
     causal = next(r for r in report.results if r.label == "l3-ex-causal")
     assert causal.message.startswith("your mask is upper-triangular")  # the checker's words
-    assert (report.score, report.possible) == (2, 3)
+    assert (report.score, report.possible) == (3, 4)
 
 
 def test_edited_checks_deleted_exercises_and_written_answers(exercises_3, tmp_path):

@@ -37,7 +37,11 @@ def test_every_lesson_installs_from_the_repository_the_book_names():
         source = "".join(first_code["source"])
         assert "google.colab" in source, f"{notebook.name}: first code cell is not the set-up cell"
         assert re.findall(r"https://github\.com/[\w.-]+/[\w.-]+", source) == [url], notebook.name
-        assert "hide-output" in first_code["metadata"].get("tags", []), notebook.name
+        # on the website the set-up cell is left out, and the imports sit behind a toggle
+        assert "remove-cell" in first_code["metadata"].get("tags", []), notebook.name
+        imports = [c for c in cells if c["cell_type"] == "code"][1]
+        assert "hide-input" in imports["metadata"].get("tags", []), notebook.name
+        assert imports["metadata"]["mystnb"]["code_prompt_show"] == "Show the imports"
 
 
 def test_notebooks_are_clean():

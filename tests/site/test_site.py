@@ -385,3 +385,44 @@ def test_search_in_the_browser_finds_a_lesson(browser, site):
     finally:
         context.close()
     assert any("lessons/02-tokenization-and-the-encoder-input.html" in h for h in hits), hits
+
+
+# Runs in the page: how wide the document is, and every block of the article (code, output,
+# table, figure, display equation) whose content is wider than its box (cut off or scrolling).
+_WIDTHS = """() => {
+  const article = document.querySelector('article') || document.body;
+  const wide = [...article.querySelectorAll('pre, table, img, mjx-container[display="true"]')]
+      .filter((el) => el.getClientRects().length && el.scrollWidth > el.clientWidth + 1)
+      .map((el) => `${el.tagName.toLowerCase()} ${el.scrollWidth} px in ${el.clientWidth} px: `
+                   + (el.textContent || el.getAttribute('src') || '').trim().slice(0, 60));
+  return {document: document.documentElement.scrollWidth, viewport: window.innerWidth, wide};
+}"""
+
+DESKTOP, PHONE = 1300, 390
+
+
+@pytest.mark.parametrize("width", [DESKTOP, PHONE])
+def test_every_page_fits_the_screen(browser, site, width):
+    """No page is wider than the screen, at book width or on a phone; at book width no code,
+    output, table, figure or display equation is wider than its column either (on a phone
+    such a block may scroll inside its own box)."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    problems = []
+    try:
+        page = context.new_page()
+        for path in _pages():
+            relative = str(path.relative_to(HTML))
+            page.goto(site + relative, wait_until="load")
+            if page.locator(".math").count():
+                page.wait_for_function("() => window.MathJax && MathJax.startup "
+                                       "&& MathJax.startup.promise", timeout=30_000)
+                page.evaluate("() => MathJax.startup.promise.then(() => true)")
+            found = page.evaluate(_WIDTHS)
+            if found["document"] > found["viewport"]:
+                problems.append(f"{relative}: the page is {found['document']} px wide on a "
+                                f"{found['viewport']} px screen")
+            if width == DESKTOP:
+                problems += [f"{relative}: {w}" for w in found["wide"]]
+    finally:
+        context.close()
+    assert not problems, "\n".join(problems)

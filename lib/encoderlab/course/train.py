@@ -114,8 +114,12 @@ def train(
 RECIPE_MODULES = (
     "encoderlab.lessons.l05_mlm",  # Lesson 5
     "encoderlab.lessons.l06_comparison",  # Lesson 6
+    "encoderlab.lessons.l06_mask_rate",  # Lesson 6, the masking-rate sweep
     "encoderlab.lessons.l07_recipes",  # Lesson 7
+    "encoderlab.lessons.l07_longqa",  # Lesson 7, §7
     "encoderlab.lessons.l08_contrastive",  # Lesson 8
+    "encoderlab.lessons.l08_rerank",  # Lesson 8
+    "encoderlab.lessons.l10_right_context",  # Lesson 10, §7
 )
 ARTEFACTS = Path(__file__).parents[1] / "artefacts"  # encoderlab/artefacts
 MAX_ARTEFACT_BYTES = 5 * 1024 * 1024

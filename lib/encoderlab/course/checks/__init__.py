@@ -16,52 +16,88 @@ named mistakes) are in their own module, ``l01`` ... ``l10``, re-exported here i
 """
 
 from encoderlab.course.checks.harness import CheckFailed
-from encoderlab.course.checks.l01 import check_cosine_similarity, check_objective_labels
-from encoderlab.course.checks.l02 import check_build_inputs, check_wordpiece
-from encoderlab.course.checks.l03 import check_attention, check_causal_mask, check_padding_mask
-from encoderlab.course.checks.l04 import check_layer_norm, check_parameter_count
-from encoderlab.course.checks.l05 import check_masked_loss, check_mlm_corrupt
-from encoderlab.course.checks.l06 import check_rtd_labels, check_whole_word_positions
-from encoderlab.course.checks.l07 import check_best_span, check_bio_to_spans, check_entity_f1
+from encoderlab.course.checks.l01 import (
+    check_batch_objective,
+    check_cosine_similarity,
+    check_objective_labels,
+)
+from encoderlab.course.checks.l02 import (
+    check_build_inputs,
+    check_wordpiece,
+    check_wordpiece_merges,
+)
+from encoderlab.course.checks.l03 import (
+    check_attention,
+    check_causal_mask,
+    check_multi_head_attention,
+    check_padding_mask,
+)
+from encoderlab.course.checks.l04 import (
+    check_encoder_block,
+    check_layer_norm,
+    check_parameter_count,
+)
+from encoderlab.course.checks.l05 import check_fill_mask, check_masked_loss, check_mlm_corrupt
+from encoderlab.course.checks.l06 import (
+    check_rtd_labels,
+    check_span_positions,
+    check_whole_word_positions,
+)
+from encoderlab.course.checks.l07 import (
+    check_best_span,
+    check_bio_to_spans,
+    check_entity_f1,
+    check_window_span,
+)
 from encoderlab.course.checks.l08 import (
     check_in_batch_negatives_loss,
     check_mean_pooling,
     check_recall_at_k,
+    check_rerank_top_k,
 )
 from encoderlab.course.checks.l09 import check_online_softmax
-from encoderlab.course.checks.l10 import check_prefix_lm_mask
+from encoderlab.course.checks.l10 import check_cached_greedy, check_prefix_lm_mask
 
 __all__ = [
     "CheckFailed",
     # Lesson 1
     "check_objective_labels",
+    "check_batch_objective",
     "check_cosine_similarity",
     # Lesson 2
     "check_wordpiece",
+    "check_wordpiece_merges",
     "check_build_inputs",
     # Lesson 3
     "check_attention",
     "check_causal_mask",
     "check_padding_mask",
+    "check_multi_head_attention",
     # Lesson 4
     "check_layer_norm",
     "check_parameter_count",
+    "check_encoder_block",
     # Lesson 5
     "check_mlm_corrupt",
     "check_masked_loss",
+    "check_fill_mask",
     # Lesson 6
     "check_whole_word_positions",
     "check_rtd_labels",
+    "check_span_positions",
     # Lesson 7
     "check_bio_to_spans",
     "check_entity_f1",
     "check_best_span",
+    "check_window_span",
     # Lesson 8
     "check_mean_pooling",
     "check_recall_at_k",
     "check_in_batch_negatives_loss",
+    "check_rerank_top_k",
     # Lesson 9
     "check_online_softmax",
     # Lesson 10
     "check_prefix_lm_mask",
+    "check_cached_greedy",
 ]

@@ -1,5 +1,5 @@
-"""Lesson 1's checkers: the labels of the two objectives (§2) and the cosine-similarity matrix
-(§4)."""
+"""Lesson 1's checkers: the labels of the two objectives (§2), both objectives on a padded batch
+(§2) and the cosine-similarity matrix (§4)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, c
 from encoderlab.lessons.l01_probes import cosine_similarity_matrix
 from encoderlab.objectives import IGNORE_INDEX, objective_view
 
-__all__ = ["check_objective_labels", "check_cosine_similarity"]
+__all__ = ["check_objective_labels", "check_cosine_similarity", "check_batch_objective"]
 
 # --- The labels of the two objectives (Lesson 1, §2) ---------------------------------------------
 
@@ -252,3 +252,161 @@ _COSINE = Exercise(
 def check_cosine_similarity(fn: Callable) -> bool:
     """Check ``fn(x)`` returns the (m, m) matrix of cos(x_i, x_j) of x's rows (Lesson 1, §4)."""
     return run(_COSINE, fn)
+
+
+# --- Both objectives on a padded batch (Lesson 1, §2) ------------------------------------------
+
+_PAD_ID, _CLS_ID, _SEP_ID = 0, 101, 102
+
+
+def _batch_variant(input_ids, attention_mask, objective, chosen, mask_id, *, next_label="next_real",
+                   corrupt=True, causal="objective", padding="keys"):
+    """(inputs, labels, sees) of one objective on a right-padded batch, with one switch turned:
+    each non-default switch is a known mistake. sees (b, n, n): query i may read key j."""
+    b, n = input_ids.shape
+    real = attention_mask.bool()  # (b, n)
+    inputs = input_ids.clone()
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    if objective == "next-token":
+        labels[:, :-1] = input_ids[:, 1:]  # position t is scored against x_{t+1} ...
+        if next_label == "next_real":  # ... when x_{t+1} is a real token
+            labels[:, :-1] = labels[:, :-1].masked_fill(~real[:, 1:], IGNORE_INDEX)
+        elif next_label == "own_real":  # kept where t itself is real: the last one gets [PAD]
+            labels = labels.masked_fill(~real, IGNORE_INDEX)
+    else:
+        labels[chosen] = input_ids[chosen]  # each chosen position predicts its own token
+        if corrupt:
+            inputs[chosen] = mask_id  # ... which the input no longer shows
+    is_causal = (objective == "next-token") if causal == "objective" else causal == "always"
+    sees = torch.ones(b, n, n, dtype=torch.bool)
+    if is_causal:
+        sees = sees & torch.ones(n, n, dtype=torch.bool).tril()
+    if padding == "keys":
+        sees = sees & real[:, None, :]  # hide the [PAD] columns
+    elif padding == "queries":
+        sees = sees & real[:, :, None]  # hides rows: real tokens still read [PAD]
+    return inputs, labels, sees
+
+
+def _for(objective: str, **switch):
+    """A mistake made under one objective; under the other the answer is the reference."""
+    def wrong(input_ids, attention_mask, obj, chosen, mask_id):
+        return _batch_variant(input_ids, attention_mask, obj, chosen, mask_id,
+                              **(switch if obj == objective else {}))
+    return wrong
+
+
+_BATCH_MISTAKES = [
+    ("a position whose next token is [PAD] carries a loss: your next-token labels include [PAD] "
+     "(the last real token and the padding predict it); keep labels[:, t] = input_ids[:, t + 1] "
+     "only where attention_mask[:, t + 1] is 1, and -100 elsewhere.",
+     _for("next-token", next_label="all")),
+    ("your last real token is scored against [PAD]: you kept the labels where the position itself "
+     "is real, but what matters is whether the *next* token is real, attention_mask[:, 1:].",
+     _for("next-token", next_label="own_real")),
+    ("your masked inputs still show the chosen tokens, so each label is in view and the model "
+     "only has to copy it: replace input_ids at the chosen positions by mask_id.",
+     _for("masked", corrupt=False)),
+    ("your next-token visibility is bidirectional: position t reads x_{t+1}, its own label (the "
+     "leak of §2); the decoder's sees is causal, key j <= query i, and hides [PAD] keys.",
+     _for("next-token", causal="never")),
+    ("your masked-objective visibility is causal, but the encoder reads the whole corrupted "
+     "sequence: every real key, before and after the position (no causal mask).",
+     _for("masked", causal="always")),
+    ("your visibility hides [PAD] rows (queries) instead of [PAD] columns (keys), so real tokens "
+     "still read the padding: use attention_mask[:, None, :], the key axis last.",
+     lambda *case: _batch_variant(*case, padding="queries")),
+    ("your visibility ignores the attention_mask: real tokens read the [PAD] keys; hide every "
+     "key j whose attention_mask is 0.",
+     lambda *case: _batch_variant(*case, padding="none")),
+]
+
+
+def _batch_cases() -> list[tuple]:
+    """(input_ids, attention_mask, objective, chosen, mask_id): right-padded batches, both
+    objectives on each; distinct ids so that every shift shows."""
+    g = torch.Generator().manual_seed(1)
+    cases = []
+    for lengths in [(6, 4), (5,), (7, 3, 5), (4, 8)]:
+        b, n = len(lengths), max(lengths)
+        ids = (torch.randperm(2000, generator=g)[: b * n] + 1000).view(b, n)
+        attention_mask = (torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]).long()
+        ids[:, 0] = _CLS_ID
+        ids[torch.arange(b), torch.tensor(lengths) - 1] = _SEP_ID
+        ids[attention_mask == 0] = _PAD_ID
+        words = attention_mask.bool() & (ids != _CLS_ID) & (ids != _SEP_ID)  # (b, n)
+        chosen = words & (torch.rand(b, n, generator=g) < 0.4)
+        for row in range(b):  # at least one chosen position per sentence
+            if not chosen[row].any():
+                chosen[row, 1] = True
+        cases.append((ids, attention_mask, "next-token", torch.zeros_like(chosen), _MASK_ID))
+        cases.append((ids, attention_mask, "masked", chosen, _MASK_ID))
+    return cases
+
+
+def _describe_batch(input_ids, attention_mask, objective, chosen, mask_id) -> str:
+    text = f"objective={objective!r}, lengths {attention_mask.sum(dim=1).tolist()}"
+    if objective == "masked":
+        text += f", chosen positions {[row.nonzero().flatten().tolist() for row in chosen]}"
+    return text
+
+
+def _batch_answer(result, where, input_ids, attention_mask, objective, chosen, mask_id):
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        raise CheckFailed(f"your function returned {type(result).__name__}; return the triple "
+                          "(inputs, labels, sees).")
+    b, n = input_ids.shape
+    inputs = as_tensor(result[0], "inputs, a (b, n) tensor of token ids").cpu()
+    labels = as_tensor(result[1], "labels, a (b, n) tensor, -100 where there is no loss").cpu()
+    sees = as_tensor(result[2], "sees, a boolean (b, n, n) tensor").cpu()
+    for name, t in (("inputs", inputs), ("labels", labels)):
+        if tuple(t.shape) != (b, n):
+            raise CheckFailed(f"your {name} have shape {tuple(t.shape)} on {where}; they must have "
+                              f"the shape of input_ids, {(b, n)}.")
+    if sees.dtype != torch.bool:
+        raise CheckFailed(f"your sees has dtype {sees.dtype}; return a boolean tensor, True = "
+                          "query i may read key j.")
+    try:
+        sees = sees.expand(b, n, n)
+    except RuntimeError:
+        raise CheckFailed(f"your sees has shape {tuple(sees.shape)} on {where}; it must be "
+                          f"(b, n, n) = {(b, n, n)}: batch, query, key.") from None
+    return inputs.long(), labels.long(), sees
+
+
+def _same_triple(mine, right) -> bool:
+    return all(torch.equal(a, r) for a, r in zip(mine, right, strict=True))
+
+
+def _batch_fallback(attempt) -> str:
+    k = attempt.first
+    for name, mine, right in zip(("inputs", "labels", "sees"), attempt.answers[k],
+                                 attempt.references[k], strict=True):
+        if not torch.equal(mine, right):
+            index = tuple(int(x) for x in (mine != right).nonzero()[0])
+            place = ("row {}, query {}, key {}" if name == "sees" else "row {}, position {}")
+            return (f"your {name} differ from the reference on {attempt.where(k)}, first at "
+                    f"{place.format(*index)}: yours {mine[index].item()}, expected "
+                    f"{right[index].item()}.")
+    return "your answer differs from the reference."
+
+
+_BATCH = Exercise(
+    title="both objectives on a padded batch",
+    cases=_batch_cases,
+    arguments=lambda ids, am, objective, chosen, mask_id: (
+        ids.clone(), am.clone(), objective, chosen.clone(), mask_id),
+    answer=_batch_answer,
+    reference=_batch_variant,
+    describe=_describe_batch,
+    same=_same_triple,
+    mistakes=_BATCH_MISTAKES,
+    fallback=_batch_fallback,
+)
+
+
+def check_batch_objective(fn: Callable) -> bool:
+    """Check ``fn(input_ids, attention_mask, objective, chosen, mask_id)`` returns ``(inputs,
+    labels, sees)`` of the next-token or masked objective on a right-padded batch (Lesson 1, §2).
+    """
+    return run(_BATCH, fn)

@@ -1,5 +1,5 @@
-"""Lesson 2's checkers: greedy longest-match WordPiece for one word (§2), and framing a text or a
-pair with [CLS]/[SEP] and segment ids (§4)."""
+"""Lesson 2's checkers: greedy longest-match WordPiece for one word (§2), WordPiece's training
+loop (§3), and framing a text or a pair with [CLS]/[SEP] and segment ids (§4)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from functools import cache, partial
 import torch
 
 from encoderlab.course.checks.harness import CheckFailed, Exercise, run, short_value
+from encoderlab.lessons import l02_vocab
 from encoderlab.tokenizer import UNK, WordPieceTokenizer, wordpiece
 from encoderlab.validate import is_int
 
-__all__ = ["check_wordpiece", "check_build_inputs"]
+__all__ = ["check_wordpiece", "check_wordpiece_merges", "check_build_inputs"]
 
 # --- WordPiece for one word (Lesson 2, §2) -----------------------------------------------------
 
@@ -173,6 +174,195 @@ def check_wordpiece(fn: Callable) -> bool:
     split or has more than 100 characters.
     """
     return run(_WORDPIECE, fn)
+
+
+# --- WordPiece's training loop (Lesson 2, §3) ---------------------------------------------------
+
+
+def _merges_variant(counts, n_merges, *, score="likelihood", prefix="##", strip=True,
+                    recount=True, stale="ranking", tie="smallest", weighted=True):
+    """WordPiece's merge loop with one switch turned: each non-default switch is a known mistake.
+
+    ``recount=False`` counts once, before the loop: ``stale="ranking"`` then takes the first
+    ranking's pairs in order, ``stale="repeat"`` merges the same best pair every time.
+    ``tie`` is "smallest" (the rule), "largest" or "first" (the first pair met, as ``max`` gives).
+    """
+    def split(word):
+        return tuple(c if i == 0 else prefix + c for i, c in enumerate(word))
+
+    def join(a, b):
+        return a + (b.removeprefix(prefix) if strip and prefix else b)
+
+    def counted(splits):
+        symbols, pairs = {}, {}
+        for word, parts in splits.items():
+            n = counts[word] if weighted else 1
+            for s in parts:
+                symbols[s] = symbols.get(s, 0) + n
+            for pair in zip(parts, parts[1:]):
+                pairs[pair] = pairs.get(pair, 0) + n
+        return symbols, pairs
+
+    def value(pair, symbols, pairs):
+        if score == "frequency":
+            return pairs[pair]
+        return pairs[pair] / (symbols[pair[0]] * symbols[pair[1]])
+
+    def best(symbols, pairs):
+        if tie == "first":
+            return max(pairs, key=lambda p: value(p, symbols, pairs))
+        if tie == "largest":
+            return max(pairs, key=lambda p: (value(p, symbols, pairs), p))
+        return min(pairs, key=lambda p: (-value(p, symbols, pairs), p))
+
+    splits = {word: split(word) for word in counts}
+    merges = []
+    symbols, pairs = counted(splits)
+    while len(merges) < n_merges and pairs:
+        if recount:
+            symbols, pairs = counted(splits)
+            if not pairs:
+                break
+        a, b = best(symbols, pairs)
+        if not recount and stale == "ranking":
+            del pairs[(a, b)]
+        new = {}
+        for word, parts in splits.items():
+            out, i = [], 0
+            while i < len(parts):
+                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == (a, b):
+                    out.append(join(a, b))
+                    i += 2
+                else:
+                    out.append(parts[i])
+                    i += 1
+            new[word] = tuple(out)
+        splits = new
+        merges.append((a, b))
+    return merges
+
+
+_MERGES_MISTAKES = [
+    ("you merge the most frequent pair: that is BPE's score. WordPiece divides the pair's count "
+     "by the counts of its two symbols, count(a b) / (count(a) * count(b)), so a frequent pair "
+     "of frequent symbols can lose to a rarer pair whose parts seldom occur apart.",
+     partial(_merges_variant, score="frequency")),
+    ("your symbols after the first character of a word have no '##': split 'hug' into "
+     "('h', '##u', '##g'), so that a piece inside a word is a different symbol from the same "
+     "letters at a word's start.",
+     partial(_merges_variant, prefix="")),
+    ("your merged symbols keep the second symbol's '##' in the middle ('h##u'); merging a and b "
+     "makes a + b without b's '##': 'h' + '##u' -> 'hu', '##u' + '##g' -> '##ug'.",
+     partial(_merges_variant, strip=False)),
+    ("you merge the same pair again and again: the counts are made once, before the loop. After "
+     "each merge, count the symbols and pairs again over the merged words.",
+     partial(_merges_variant, recount=False, stale="repeat")),
+    ("your merges follow the first ranking: the counts are made once, before the loop, so later "
+     "scores ignore earlier merges. After each merge, count symbols and pairs again.",
+     partial(_merges_variant, recount=False, stale="ranking")),
+    ("your ties go to the pair met first (what max() over a dict gives); the rule here is the "
+     "highest score, then the smallest pair (a, b) in Python's order, "
+     "min(pairs, key=lambda p: (-score(p), p)).",
+     partial(_merges_variant, tie="first")),
+    ("your ties go to the largest pair; the rule here is the highest score, then the smallest "
+     "pair (a, b) in Python's order, min(pairs, key=lambda p: (-score(p), p)).",
+     partial(_merges_variant, tie="largest")),
+    ("you count each distinct word once; every count must be weighted by how often its word "
+     "occurs: a word seen 10 times adds 10 to each of its symbols and pairs.",
+     partial(_merges_variant, weighted=False)),
+]
+
+
+def _merges_cases() -> list[tuple]:
+    """(counts, n_merges) cases: the worked example, small corpora, then random ones."""
+    cases = [
+        ({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 3),
+        ({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 8),
+        ({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 10),
+        ({"aaaa": 3, "ab": 1}, 4),  # overlapping pairs: 'a a a a' merges left to right
+        ({"a": 7, "b": 2}, 3),  # single letters: nothing to merge, stop at once
+        ({"abc": 1, "bca": 1, "cab": 1}, 20),  # more merges asked than there are pairs
+    ]
+    g = torch.Generator().manual_seed(12)
+    letters = "abcde"
+    for n_words in (6, 8, 10, 12, 14, 16):
+        counts = {}
+        while len(counts) < n_words:
+            length = int(torch.randint(1, 7, (1,), generator=g))
+            word = "".join(letters[int(i)] for i in torch.randint(len(letters), (length,),
+                                                                  generator=g))
+            counts[word] = int(torch.randint(1, 20, (1,), generator=g))
+        cases.append((counts, 6 + n_words // 2))
+    return cases
+
+
+def _merges_answer(result, where, counts, n_merges) -> list[tuple[str, str]]:
+    if not isinstance(result, (list, tuple)):
+        raise CheckFailed(f"your function returned a {type(result).__name__} on {where}; return "
+                          "the list of merges made, in order, each a pair such as "
+                          "('##u', '##g').")
+    merges = []
+    for item in result:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2
+                and all(isinstance(s, str) for s in item)):
+            raise CheckFailed(f"your list holds {short_value(item)} on {where}; each merge is "
+                              "the pair of symbols merged, (a, b), not the merged symbol.")
+        merges.append(tuple(item))
+    return merges
+
+
+def _first_wrong_merge(attempt) -> str:
+    first = attempt.first
+    counts, _ = attempt.cases[first]
+    mine, right = attempt.answers[first], attempt.references[first]
+    k = next((i for i, (m, r) in enumerate(zip(mine, right)) if m != r), min(len(mine),
+                                                                           len(right)))
+    if k >= len(right):
+        return (f"on {attempt.where(first)} you make {len(mine)} merges where the reference "
+                f"makes {len(right)}: stop when n_merges are made or no pair is left.")
+    if k >= len(mine):
+        return (f"on {attempt.where(first)} you stop after {len(mine)} merges, but the "
+                f"reference goes on to {len(right)}: merge until n_merges are made or no "
+                "pair is left.")
+    splits = {w: l02_vocab.split_word(w) for w in counts}  # the state before merge k
+    for a, b in right[:k]:
+        splits = {w: l02_vocab.apply_merge(p, a, b) for w, p in splits.items()}
+    symbols, pairs = l02_vocab.count_symbols_and_pairs(splits, counts)
+
+    def score(pair):
+        if pair not in pairs:
+            return "not an adjacent pair there"
+        return f"score {pairs[pair]}/({symbols[pair[0]]}·{symbols[pair[1]]})"
+
+    return (f"on {attempt.where(first)}, merge {k + 1}: you merge {mine[k]} "
+            f"({score(mine[k])}), but the reference merges {right[k]} ({score(right[k])}); "
+            "the merges before it agree.")
+
+
+_MERGES = Exercise(
+    title="WordPiece training",
+    cases=_merges_cases,
+    arguments=lambda counts, n_merges: (dict(counts), n_merges),
+    answer=_merges_answer,
+    reference=lambda counts, n_merges: l02_vocab.train_merges_plain(counts, n_merges),
+    describe=lambda counts, n_merges: (f"counts={short_value(counts, 50)}, "
+                                       f"n_merges={n_merges}"),
+    same=_equal,
+    mistakes=_MERGES_MISTAKES,
+    fallback=_first_wrong_merge,
+)
+
+
+def check_wordpiece_merges(fn: Callable) -> bool:
+    """Check ``fn(counts, n_merges)`` -> the merges WordPiece's training makes (Lesson 2, §3).
+
+    ``counts`` maps each word to how often it occurs. Words start as characters, ``##`` before
+    each after the first; each step merges the pair with the highest
+    ``count(a b) / (count(a) * count(b))`` (ties: the smallest ``(a, b)``) into
+    ``a + b`` without ``b``'s ``##``, and records ``(a, b)``; stop after ``n_merges`` or when no
+    pair is left.
+    """
+    return run(_MERGES, fn)
 
 
 # --- [CLS] A [SEP] B [SEP] and the segment ids (Lesson 2, §4) ---------------------------------

@@ -1,5 +1,5 @@
-"""Lesson 3's checkers: scaled dot-product attention (§1), the causal mask (§2) and the padding
-mask (§5)."""
+"""Lesson 3's checkers: scaled dot-product attention (§1), the causal mask (§2), the padding
+mask (§5) and multi-head self-attention from its weights (§1 and §5)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from collections.abc import Callable
 from functools import partial
 
 import torch
+from torch.nn import functional as F
 
 from encoderlab import masks
-from encoderlab.attention import scaled_dot_product_attention
+from encoderlab.attention import MultiHeadAttention, scaled_dot_product_attention
 from encoderlab.course.checks.harness import (
     CheckFailed,
     Exercise,
@@ -23,7 +24,8 @@ from encoderlab.course.checks.harness import (
     square_mask_exercise,
 )
 
-__all__ = ["check_attention", "check_causal_mask", "check_padding_mask"]
+__all__ = ["check_attention", "check_causal_mask", "check_padding_mask",
+           "check_multi_head_attention"]
 
 # --- Scaled dot-product attention (Lesson 3, §1–2) ---------------------------------------------
 
@@ -332,3 +334,141 @@ _PADDING = Exercise(
 def check_padding_mask(fn: Callable) -> bool:
     """Check ``fn(attention_mask)`` hides [PAD] keys: bool, broadcastable to (b, h, n, n) (§5)."""
     return run(_PADDING, fn)
+
+
+# --- Multi-head self-attention from its weights (Lesson 3, §1 and §5) --------------------------
+
+
+def _self_attention_variant(x, attention_mask, params, n_heads, *, split="view_transpose",
+                            scale="sqrt_dk", mask_side="keys", merge="transpose",
+                            project=True):
+    """Multi-head self-attention from a state dict, with one switch turned: each non-default
+    switch is a known mistake. x (b, n, d); attention_mask (b, n) of 0/1."""
+    b, n, d = x.shape
+    d_k = d // n_heads
+
+    def project_in(name):
+        return F.linear(x, params[f"{name}.weight"], params[f"{name}.bias"])  # (b, n, d)
+
+    def heads(t):
+        if split == "view_only":  # (b, n, d) read as (b, h, n, d_k): positions mixed
+            return t.reshape(b, n_heads, n, d_k)
+        return t.view(b, n, n_heads, d_k).transpose(1, 2)  # (b, h, n, d_k)
+
+    q, k, v = (heads(project_in(name)) for name in ("w_q", "w_k", "w_v"))
+    divisor = math.sqrt(d_k if scale == "sqrt_dk" else d)
+    s = q @ k.transpose(-2, -1) / divisor  # (b, h, n, n)
+    real = attention_mask.bool()
+    allowed = {"keys": real[:, None, None, :], "queries": real[:, None, :, None],
+               "none": torch.ones(b, 1, 1, n, dtype=torch.bool)}[mask_side]
+    s = s.masked_fill(~allowed, -math.inf)
+    a = torch.softmax(s, dim=-1)  # (b, h, n, n); a hidden query row is NaN
+    out = a @ v  # (b, h, n, d_k)
+    if merge == "transpose":
+        out = out.transpose(1, 2).reshape(b, n, d)  # (b, n, h * d_k): heads side by side
+    else:  # "reshape_only": (b, h, n, d_k) read as (b, n, d), positions mixed
+        out = out.reshape(b, n, d)
+    if project:
+        out = F.linear(out, params["w_o.weight"], params["w_o.bias"])
+    return out
+
+
+_SELF_ATTENTION_MISTAKES = [
+    ("your heads are cut from the wrong axis: reshaping (b, n, d) straight to (b, h, n, d_k) "
+     "mixes positions, so a 'head' holds pieces of several tokens; split the last axis first, "
+     ".view(b, n, h, d_k), then .transpose(1, 2).",
+     partial(_self_attention_variant, split="view_only")),
+    ("your heads are merged along the wrong axis: reshaping (b, h, n, d_k) straight to "
+     "(b, n, d) mixes positions; bring the head axis next to d_k first, "
+     ".transpose(1, 2).reshape(b, n, d).",
+     partial(_self_attention_variant, merge="reshape_only")),
+    ("you scale the scores by sqrt(d_model), the width of the whole vector; each head's scores "
+     "are dot products of d_k = d_model / h numbers, so divide by sqrt(d_k).",
+     partial(_self_attention_variant, scale="sqrt_d")),
+    ("your output ignores the attention_mask: real tokens attend to [PAD] too; set the scores "
+     "to -inf where attention_mask[:, None, None, :] is 0, before the softmax.",
+     partial(_self_attention_variant, mask_side="none")),
+    ("your padding mask hides rows (padding queries) instead of columns (padding keys), so real "
+     "tokens still attend to [PAD]: use attention_mask[:, None, None, :], shape (b, 1, 1, n).",
+     partial(_self_attention_variant, mask_side="queries")),
+    ("your output is the concatenated heads without the output projection: finish with "
+     "W_O, F.linear(out, params['w_o.weight'], params['w_o.bias']), which mixes the heads.",
+     partial(_self_attention_variant, project=False)),
+]
+
+
+def _self_attention_cases() -> list[tuple]:
+    """(x, attention_mask, params, n_heads): small widths, padding in every batch of two or more."""
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for b, n, d, h, lengths in [(2, 5, 8, 2, (5, 3)), (1, 4, 12, 3, (4,)), (3, 6, 16, 4, (6, 2, 4)),
+                                (2, 7, 12, 2, (4, 7)), (2, 5, 16, 8, (5, 1))]:
+        x = torch.randn(b, n, d, generator=g)
+        attention_mask = (torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]).long()
+        params = {}
+        for name in ("w_q", "w_k", "w_v", "w_o"):
+            params[f"{name}.weight"] = torch.randn(d, d, generator=g) / math.sqrt(d) * 1.5
+            params[f"{name}.bias"] = torch.randn(d, generator=g) * 0.1
+        cases.append((x, attention_mask, params, h))
+    return cases
+
+
+def _describe_self_attention(x, attention_mask, params, n_heads) -> str:
+    b, n, d = x.shape
+    return (f"x of shape {(b, n, d)}, h = {n_heads} heads, "
+            f"lengths {attention_mask.sum(dim=1).tolist()}")
+
+
+def _self_attention_reference(x, attention_mask, params, n_heads) -> torch.Tensor:
+    mha = MultiHeadAttention(x.shape[-1], n_heads)
+    mha.load_state_dict(params)
+    with torch.no_grad():
+        return mha(x, mask=masks.padding(attention_mask))[0]
+
+
+def _self_attention_answer(result, where, x, attention_mask, params, n_heads) -> torch.Tensor:
+    if isinstance(result, (tuple, list)) and result:
+        result = result[0]  # (out, weights) is fine too
+    out = as_tensor(result, "the output tensor of shape (b, n, d_model)").cpu()
+    b, n, d = x.shape
+    if tuple(out.shape) == (b, n_heads, n, d // n_heads):
+        raise CheckFailed(
+            f"your output has the heads' shape (b, h, n, d_k) = {tuple(out.shape)} on {where}: "
+            "merge them back into one vector per token, .transpose(1, 2).reshape(b, n, d), then "
+            "apply W_O."
+        )
+    if tuple(out.shape) != (b, n, d):
+        raise CheckFailed(f"your output has shape {tuple(out.shape)} but should have shape "
+                          f"{(b, n, d)} = (b, n, d_model), like x (on {where}).")
+    return out
+
+
+def _same_where_defined(out: torch.Tensor, wrong: torch.Tensor) -> bool:
+    """Equal wherever the wrong version is a number: hiding query rows leaves NaN rows, which a
+    learner may have turned into anything."""
+    undefined = torch.isnan(wrong)
+    return close(out.masked_fill(undefined, 0.0), wrong.masked_fill(undefined, 0.0))
+
+
+_SELF_ATTENTION = Exercise(
+    title="multi-head self-attention",
+    cases=_self_attention_cases,
+    arguments=lambda x, am, params, h: (x.clone(), am.clone(),
+                                        {k: t.clone() for k, t in params.items()}, h),
+    answer=_self_attention_answer,
+    reference=_self_attention_reference,
+    describe=_describe_self_attention,
+    same=close,
+    mistakes=_SELF_ATTENTION_MISTAKES,
+    same_mistake=_same_where_defined,
+    fallback=lambda attempt: differs(
+        attempt, "output", "MultiHeadAttention with the same weights",
+        "print the shapes after each step (project, split, scores, softmax, merge, W_O) and "
+        "compare them with encoderlab.attention.MultiHeadAttention.forward."),
+)
+
+
+def check_multi_head_attention(fn: Callable) -> bool:
+    """Check ``fn(x, attention_mask, params, n_heads)``: multi-head self-attention from a
+    ``MultiHeadAttention`` state dict, padding keys hidden (Lesson 3, §1 and §5)."""
+    return run(_SELF_ATTENTION, fn)

@@ -1,5 +1,5 @@
-"""Lesson 4's checkers: LayerNorm over the last axis (§2) and the parameter count of an encoder
-from its config (§5)."""
+"""Lesson 4's checkers: LayerNorm over the last axis (§2), one post-LN encoder block from its
+weights (§2–§3) and the parameter count of an encoder from its config (§5)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from numbers import Integral
 import torch
 from torch.nn import functional as F
 
+from encoderlab import masks
+from encoderlab.attention import MultiHeadAttention
 from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, close, differs, run
-from encoderlab.encoder import EncoderConfig, count_parameters
+from encoderlab.encoder import EncoderBlock, EncoderConfig, count_parameters
 from encoderlab.lessons.l04_inspect_stack import parameter_breakdown
 
-__all__ = ["check_layer_norm", "check_parameter_count"]
+__all__ = ["check_layer_norm", "check_parameter_count", "check_encoder_block"]
 
 # --- LayerNorm (Lesson 4, §2) -------------------------------------------------------------------
 
@@ -339,3 +341,138 @@ def check_parameter_count(fn: Callable) -> bool:
     are named.
     """
     return run(_COUNT, fn)
+
+
+# --- One post-LN encoder block from its weights (Lesson 4, §2–§3) -----------------------------
+
+
+def _block_variant(h, attention_mask, params, n_heads, eps, *, order="post", residual="inside",
+                   activation="gelu", residuals=("attention", "mlp"), norms=("norm_1", "norm_2")):
+    """One encoder block from an EncoderBlock state dict, with one switch turned: each non-default
+    switch is a known mistake. h (b, n, d); attention_mask (b, n) of 0/1."""
+    d = h.shape[-1]
+    attention = MultiHeadAttention(d, n_heads)
+    attention.load_state_dict({k.removeprefix("attention."): t for k, t in params.items()
+                               if k.startswith("attention.")})
+    mask = masks.padding(attention_mask)
+
+    def norm(x, name):
+        return F.layer_norm(x, (d,), params[f"{name}.weight"], params[f"{name}.bias"], eps)
+
+    def attend(x):
+        with torch.no_grad():
+            return attention(x, mask=mask)[0]
+
+    def mlp(x):
+        u = F.linear(x, params["mlp.w_1.weight"], params["mlp.w_1.bias"])
+        u = {"gelu": F.gelu, "relu": F.relu,
+             "tanh": partial(F.gelu, approximate="tanh")}[activation](u)
+        return F.linear(u, params["mlp.w_2.weight"], params["mlp.w_2.bias"])
+
+    first, second = norms
+    if order == "pre":
+        h = h + attend(norm(h, first))
+        return h + mlp(norm(h, second))
+    for sublayer, name, key in ((attend, first, "attention"), (mlp, second, "mlp")):
+        update = sublayer(h)
+        if key not in residuals:
+            h = norm(update, name)
+        elif residual == "outside":  # h + LN(f(h)): the norm no longer touches the stream
+            h = h + norm(update, name)
+        else:
+            h = norm(h + update, name)
+    return h
+
+
+_BLOCK_MISTAKES = [
+    ("your block is pre-LN (h + f(LN(h))), but this block, like BERT's and MiniLM's, is post-LN: "
+     "add the residual first, then normalise, h = LN(h + f(h)).",
+     partial(_block_variant, order="pre")),
+    ("you normalise the sub-layer's output and add the residual after the norm, h + LN(f(h)); "
+     "post-LN normalises the sum, LN(h + f(h)).",
+     partial(_block_variant, residual="outside")),
+    ("your MLP uses ReLU; BERT's feed-forward uses GELU, the exact (erf) form: F.gelu(u).",
+     partial(_block_variant, activation="relu")),
+    ("your MLP uses the tanh approximation of GELU (approximate='tanh'); this block, like BERT, "
+     "uses the exact erf form, F.gelu(u) with no approximate argument: they differ by up to "
+     "about 1e-3.",
+     partial(_block_variant, activation="tanh")),
+    ("your block has no residual connections: each sub-layer's output replaces h instead of "
+     "being added to it; normalise h + f(h), not f(h).",
+     partial(_block_variant, residuals=())),
+    ("the attention sub-layer has no residual connection: normalise h + attention(h), not "
+     "attention(h) alone.",
+     partial(_block_variant, residuals=("mlp",))),
+    ("the MLP sub-layer has no residual connection: normalise h + mlp(h), not mlp(h) alone.",
+     partial(_block_variant, residuals=("attention",))),
+    ("your LayerNorms are swapped: norm_1 follows the attention sub-layer and norm_2 the MLP "
+     "(each has its own gain and bias).",
+     partial(_block_variant, norms=("norm_2", "norm_1"))),
+]
+
+
+def _block_cases() -> list[tuple]:
+    """(h, attention_mask, params, n_heads, eps): small widths, padding, LayerNorms not (1, 0)."""
+    g = torch.Generator().manual_seed(4)
+    cases = []
+    for b, n, d, n_heads, lengths, eps in [(2, 5, 8, 2, (5, 3), 1e-12), (1, 4, 12, 3, (4,), 1e-5),
+                                           (3, 6, 16, 4, (6, 2, 4), 1e-12),
+                                           (2, 3, 8, 1, (3, 2), 1e-12)]:
+        shapes = {"attention.w_q": (d, d), "attention.w_k": (d, d), "attention.w_v": (d, d),
+                  "attention.w_o": (d, d), "mlp.w_1": (4 * d, d), "mlp.w_2": (d, 4 * d)}
+        params = {}
+        for name, (rows, cols) in shapes.items():
+            params[f"{name}.weight"] = torch.randn(rows, cols, generator=g) * 1.5 / cols**0.5
+            params[f"{name}.bias"] = torch.randn(rows, generator=g) * 0.3
+        for name in ("norm_1", "norm_2"):
+            params[f"{name}.weight"] = 1 + 0.5 * torch.randn(d, generator=g)
+            params[f"{name}.bias"] = 0.5 * torch.randn(d, generator=g)
+        h = torch.randn(b, n, d, generator=g) * 2
+        attention_mask = (torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]).long()
+        cases.append((h, attention_mask, params, n_heads, eps))
+    return cases
+
+
+def _block_reference(h, attention_mask, params, n_heads, eps) -> torch.Tensor:
+    d = h.shape[-1]
+    config = EncoderConfig(vocab_size=8, d_model=d, n_heads=n_heads, n_layers=1, d_ff=4 * d,
+                           layer_norm_eps=eps, dropout=0.0)
+    block = EncoderBlock(config).eval()
+    block.load_state_dict(params)
+    with torch.no_grad():
+        return block(h, mask=masks.padding(attention_mask))[0]
+
+
+def _block_answer(result, where, h, attention_mask, params, n_heads, eps) -> torch.Tensor:
+    if isinstance(result, (tuple, list)) and result:
+        result = result[0]  # (h, weights) like EncoderBlock is fine too
+    out = as_tensor(result, "the block's output, with the shape of h").cpu()
+    if tuple(out.shape) != tuple(h.shape):
+        raise CheckFailed(f"your output has shape {tuple(out.shape)} but h has shape "
+                          f"{tuple(h.shape)} (on {where}); a block keeps the shape (b, n, d).")
+    return out
+
+
+_BLOCK = Exercise(
+    title="post-LN encoder block",
+    cases=_block_cases,
+    arguments=lambda h, am, params, n_heads, eps: (
+        h.clone(), am.clone(), {k: t.clone() for k, t in params.items()}, n_heads, eps),
+    answer=_block_answer,
+    reference=_block_reference,
+    describe=lambda h, am, params, n_heads, eps: (
+        f"h of shape {tuple(h.shape)}, h = {n_heads} heads, lengths {am.sum(dim=1).tolist()}, "
+        f"eps={eps:g}"),
+    same=close,
+    mistakes=_BLOCK_MISTAKES,
+    fallback=lambda attempt: differs(
+        attempt, "output", "EncoderBlock with the same weights",
+        "check each step against EncoderBlock.forward: the attention sub-layer, its residual "
+        "and norm_1, then the MLP (w_1, GELU, w_2), its residual and norm_2."),
+)
+
+
+def check_encoder_block(fn: Callable) -> bool:
+    """Check ``fn(h, attention_mask, params, n_heads, eps)``: one post-LN encoder block from an
+    ``EncoderBlock`` state dict, padding keys hidden (Lesson 4, §2–§3)."""
+    return run(_BLOCK, fn)

@@ -1,5 +1,5 @@
-"""Lesson 5's checkers: BERT's corruption (§1: 15 %, then 80 / 10 / 10) and the loss on the
-chosen positions only (§1).
+"""Lesson 5's checkers: BERT's corruption (§1: 15 %, then 80 / 10 / 10), the loss on the
+chosen positions only (§1) and filling every [MASK] of a batch (§4).
 
 The corruption is random, so its checker is not a comparison with a reference on fixed cases:
 it checks the rules that hold on every draw and the statistics of a large batch, one rule at a
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch.nn import functional as F
@@ -26,7 +27,7 @@ from encoderlab.course.checks.harness import (
 )
 from encoderlab.objectives import IGNORE_INDEX
 
-__all__ = ["check_mlm_corrupt", "check_masked_loss"]
+__all__ = ["check_mlm_corrupt", "check_masked_loss", "check_fill_mask"]
 
 # --- The corruption (Lesson 5, §1) ------------------------------------------------------------
 
@@ -286,3 +287,150 @@ def check_masked_loss(fn: Callable) -> bool:
     :func:`encoderlab.objectives.mlm_loss`).
     """
     return run(_MASKED_LOSS, fn)
+
+
+# --- Filling every [MASK] of a batch (Lesson 5, §4) --------------------------------------------
+
+_FILL_SPECIALS = (0, 1, 2, 3, 4)  # [PAD] [UNK] [CLS] [SEP] [MASK], as in data.CompactVocab
+_FILL_MASK_ID = 4
+
+
+def _fill_variant(model, input_ids, attention_mask, mask_id, special_ids, k, *, exclude="before",
+                  offset=0, use_mask=True, output="probs"):
+    """The top k ordinary tokens at every [MASK], with one switch turned: each non-default switch
+    is a known mistake. Returns (ids (m, k), values (m, k)), m = the [MASK]s in row-major order."""
+    rows, positions = (input_ids == mask_id).nonzero(as_tuple=True)  # (m,) each, row-major
+    with torch.no_grad():
+        logits = model(input_ids, attention_mask if use_mask else None)  # (b, n, V)
+    scores = logits[rows, positions + offset]  # (m, V): the outputs at the [MASK]s
+    specials = torch.tensor(sorted(set(special_ids)))
+    if exclude == "before":  # the specials get probability 0, the rest is renormalised
+        scores = scores.index_fill(-1, specials, -math.inf)
+    probs = torch.softmax(scores, dim=-1)
+    if exclude == "after":  # removed after the softmax: the rest no longer sums to 1
+        probs = probs.index_fill(-1, specials, 0.0)
+    if output == "logits":
+        probs = scores
+    elif output == "log_probs":
+        probs = torch.log_softmax(scores, dim=-1)
+    top = probs.topk(k, dim=-1)
+    return top.indices, top.values
+
+
+_FILL_MISTAKES = [
+    ("your guesses include special tokens ([PAD], [UNK], [CLS], [SEP] or [MASK]): exclude the "
+     "special_ids before ranking, by setting their logits to -inf before the softmax.",
+     partial(_fill_variant, exclude="none")),
+    ("your probabilities do not sum to 1 over the ordinary tokens: you zeroed the specials after "
+     "the softmax; set their logits to -inf before it, so the rest is renormalised.",
+     partial(_fill_variant, exclude="after")),
+    ("you read the model's output one position to the left of the [MASK] (position t - 1, a "
+     "decoder's habit); an encoder predicts the hidden token from its output at the [MASK] "
+     "itself, position t.",
+     partial(_fill_variant, offset=-1)),
+    ("your guesses change with the padding: the model is run without the attention_mask, so "
+     "real tokens attend to [PAD]; pass it, model(input_ids, attention_mask).",
+     partial(_fill_variant, use_mask=False)),
+    ("you return logits, not probabilities: apply the softmax (over the ordinary tokens) to the "
+     "scores before taking the top k.",
+     partial(_fill_variant, output="logits")),
+    ("you return log-probabilities, not probabilities: use torch.softmax, not log_softmax.",
+     partial(_fill_variant, output="log_probs")),
+]
+
+
+def _fill_model(vocab_size: int, seed: int):
+    """A small random bidirectional TinyLM whose head favours the specials (they must be
+    excluded), built without touching the global random state."""
+    from encoderlab.encoder import EncoderConfig  # the model modules, only when a check runs
+    from encoderlab.heads import TinyLM
+
+    config = EncoderConfig(vocab_size=vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                           n_max=16, dropout=0.0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = TinyLM(config, causal=False).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # larger weights: outputs that vary with context
+            if p.dim() == 2 and "embedding" not in name:
+                p.mul_(3.0)
+        model.head.proj.bias[list(_FILL_SPECIALS)] += 4.0
+    return model
+
+
+def _fill_cases() -> list[tuple]:
+    """(model, input_ids, attention_mask, mask_id, special_ids, k): one [MASK] per row, several,
+    padded rows, a row without any [MASK]."""
+    g = torch.Generator().manual_seed(5)
+    cases = []
+    for seed, lengths, masked, k in [(0, (7,), [(0, 3)], 5), (1, (8, 5), [(0, 2), (1, 3)], 3),
+                                     (2, (6, 9, 4), [(0, 1), (0, 4), (1, 7), (2, 2)], 4),
+                                     (3, (5, 8), [(1, 5), (1, 6)], 2)]:
+        b, n = len(lengths), max(lengths)
+        ids = torch.randint(5, 40, (b, n), generator=g)
+        attention_mask = (torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]).long()
+        ids[:, 0] = 2  # [CLS]
+        ids[torch.arange(b), torch.tensor(lengths) - 1] = 3  # [SEP]
+        ids[attention_mask == 0] = 0  # [PAD]
+        for row, t in masked:
+            ids[row, t] = _FILL_MASK_ID
+        cases.append((_fill_model(40, seed), ids, attention_mask, _FILL_MASK_ID,
+                      list(_FILL_SPECIALS), k))
+    return cases
+
+
+def _describe_fill(model, input_ids, attention_mask, mask_id, special_ids, k) -> str:
+    return f"input_ids {input_ids.tolist()}, k = {k}"
+
+
+def _fill_answer(result, where, model, input_ids, attention_mask, mask_id, special_ids, k):
+    m = int((input_ids == mask_id).sum())
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise CheckFailed(f"your function returned {type(result).__name__}; return the pair "
+                          "(ids, probs), each of shape (m, k) for the m [MASK] tokens.")
+    ids = as_tensor(result[0], "ids of shape (m, k)").cpu()
+    probs = as_tensor(result[1], "probabilities of shape (m, k)").cpu()
+    if tuple(ids.shape) != (m, k) or tuple(probs.shape) != (m, k):
+        raise CheckFailed(
+            f"your ids and probs have shapes {tuple(ids.shape)} and {tuple(probs.shape)} on "
+            f"{where}, which has m = {m} [MASK] tokens: return one row of k = {k} per [MASK], "
+            "in row-major order, (input_ids == mask_id).nonzero()."
+        )
+    return ids.long(), probs.double()
+
+
+def _same_fill(mine, right) -> bool:
+    return torch.equal(mine[0], right[0]) and close(mine[1], right[1])
+
+
+def _fill_fallback(attempt) -> str:
+    k = attempt.first
+    mine, right = attempt.answers[k], attempt.references[k]
+    if not torch.equal(mine[0], right[0]):
+        return (f"your top-k ids differ from the reference on {attempt.where(k)}: yours "
+                f"{mine[0].tolist()}, expected {right[0].tolist()} (most probable first).")
+    gap = (mine[1] - right[1]).abs().max().item()
+    return (f"your ids are right but your probabilities differ by up to {gap:.3g} on "
+            f"{attempt.where(k)}: softmax over the ordinary tokens (specials at -inf).")
+
+
+_FILL = Exercise(
+    title="fill every [MASK]",
+    cases=_fill_cases,
+    arguments=lambda model, ids, am, mask_id, special_ids, k: (
+        model, ids.clone(), am.clone(), mask_id, list(special_ids), k),
+    answer=_fill_answer,
+    reference=lambda *case: tuple(t.double() if t.is_floating_point() else t
+                                  for t in _fill_variant(*case)),
+    describe=_describe_fill,
+    same=_same_fill,
+    mistakes=_FILL_MISTAKES,
+    fallback=_fill_fallback,
+    numbered=True,
+)
+
+
+def check_fill_mask(fn: Callable) -> bool:
+    """Check ``fn(model, input_ids, attention_mask, mask_id, special_ids, k)``: the k most probable
+    ordinary tokens at every [MASK] of a padded batch, with their probabilities (Lesson 5, §4)."""
+    return run(_FILL, fn)

@@ -1,5 +1,5 @@
-"""Lesson 6's checkers: whole-word selection (§3) and replaced-token-detection labels from a
-generator's samples (§4)."""
+"""Lesson 6's checkers: whole-word selection and SpanBERT's span layout (§3), and
+replaced-token-detection labels from a generator's samples (§4)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, run
 from encoderlab.objectives import IGNORE_INDEX, rtd_labels, word_ids
 
-__all__ = ["check_whole_word_positions", "check_rtd_labels"]
+__all__ = ["check_whole_word_positions", "check_rtd_labels", "check_span_positions"]
 
 
 def _first_differing_cell(attempt) -> tuple[int, int, int]:
@@ -265,3 +265,182 @@ def check_rtd_labels(fn: Callable) -> bool:
     0 = same, -100 at padding.
     """
     return run(_RTD, fn)
+
+
+# --- SpanBERT's span layout (Lesson 6, §3) --------------------------------------------------------
+
+
+def _span_layout(words, budget, draws, *, fit="cut", count="pieces", inclusive=False):
+    """The reference span layout, and (through its switches) the usual wrong versions.
+
+    ``fit``: "cut" drops words from a span's end until it fits (SpanBERT), "discard" drops a
+    span that does not fit whole, "none" takes it whole; ``count``: what the budget counts.
+    """
+    words = [int(w) for w in words]
+    n_words = max(words) + 1 if any(w >= 0 for w in words) else 0
+    pieces = [[i for i, k in enumerate(words) if k == j] for j in range(n_words)]
+    chosen = torch.zeros(len(words), dtype=torch.bool)
+    taken: set[int] = set()
+    used = 0
+
+    def cost(span):
+        return len(span) if count == "words" else sum(len(pieces[k]) for k in span)
+
+    for length, start in draws:
+        if used >= budget:
+            break
+        end = min(start + length + (1 if inclusive else 0), n_words)
+        span = [k for k in range(start, end) if k not in taken]
+        if fit == "cut":
+            while span and used + cost(span) > budget:
+                span.pop()
+        elif fit == "discard" and used + cost(span) > budget:
+            span = []
+        if not span:
+            continue
+        used += cost(span)
+        taken.update(span)
+        for k in span:
+            chosen[pieces[k]] = True
+    return chosen
+
+
+def _span_reference(words, budget, draws):
+    return _span_layout(words, budget, draws)
+
+
+def _span_no_cut(words, budget, draws):
+    return _span_layout(words, budget, draws, fit="none")
+
+
+def _span_discard(words, budget, draws):
+    return _span_layout(words, budget, draws, fit="discard")
+
+
+def _span_counts_words(words, budget, draws):
+    return _span_layout(words, budget, draws, count="words")
+
+
+def _span_inclusive(words, budget, draws):
+    return _span_layout(words, budget, draws, inclusive=True)
+
+
+def _span_counts_overlap_twice(words, budget, draws):
+    """Words already chosen are counted again towards the budget when a new span covers them."""
+    words_l = [int(w) for w in words]
+    n_words = max(words_l) + 1 if any(w >= 0 for w in words_l) else 0
+    pieces = [[i for i, k in enumerate(words_l) if k == j] for j in range(n_words)]
+    chosen = torch.zeros(len(words_l), dtype=torch.bool)
+    used = 0
+    for length, start in draws:
+        if used >= budget:
+            break
+        span = list(range(start, min(start + length, n_words)))
+        while span and used + sum(len(pieces[k]) for k in span) > budget:
+            span.pop()
+        if not span:
+            continue
+        used += sum(len(pieces[k]) for k in span)
+        for k in span:
+            chosen[pieces[k]] = True
+    return chosen
+
+
+_SPAN_MISTAKES = [
+    ("you choose more pieces than the budget: when a span would take the count past the budget, "
+     "drop words from its end until it fits (SpanBERT stops at ~p of the tokens).",
+     _span_no_cut),
+    ("you drop a span that does not fit whole: shorten it instead, dropping words from its end "
+     "until its pieces fit the budget, and keep what remains.", _span_discard),
+    ("you count words towards the budget: the budget is a number of pieces (tokens), so a word "
+     "of three pieces uses three.", _span_counts_words),
+    ("your spans are one word too long: a span of length L starting at word s covers words "
+     "s, ..., s + L - 1.", _span_inclusive),
+    ("a word that an earlier span already chose is counted again towards the budget: spans do "
+     "not overlap, so leave chosen words out of a new span before counting its pieces.",
+     _span_counts_overlap_twice),
+]
+
+
+def _span_cases() -> list[tuple]:
+    # [CLS] the list is over ##flow ##ed and un ##sort ##ed . [SEP] [PAD]
+    words = torch.tensor([-1, 0, 1, 2, 3, 3, 3, 4, 5, 5, 5, 6, -1, -1])
+    cases = [
+        (words, 4, [(2, 2), (3, 5)]),  # the second span must be cut to fit
+        (words, 5, [(1, 3), (2, 2), (1, 0)]),  # an overlap: word 3 is not counted twice
+        (words, 3, [(4, 1), (1, 6)]),  # cut to words 1-2; then the '.' fills the budget
+        (words, 6, [(2, 6), (3, 0), (2, 4)]),  # a span clipped at the last word
+    ]
+    g = torch.Generator().manual_seed(61)
+    for n_words, budget in ((8, 3), (12, 5), (20, 9), (6, 2), (15, 6)):
+        sizes = (torch.rand(n_words, generator=g) < 0.3).long() + \
+            (torch.rand(n_words, generator=g) < 0.15).long() + 1  # 1-3 pieces a word
+        row = [-1] + [k for k in range(n_words) for _ in range(int(sizes[k]))] + [-1, -1]
+        lengths = torch.randint(1, 5, (12,), generator=g).tolist()
+        starts = torch.randint(0, n_words, (12,), generator=g).tolist()
+        cases.append((torch.tensor(row), budget, list(zip(lengths, starts))))
+    return cases
+
+
+def _span_answer(result, where, words, budget, draws) -> torch.Tensor:
+    out = as_tensor(result, "a (n,) boolean tensor")
+    if tuple(out.shape) != tuple(words.shape):
+        raise CheckFailed(f"your selection has shape {tuple(out.shape)} on {where}; return one "
+                          f"bool per position, shape (n,) = {tuple(words.shape)}.")
+    if out.dtype != torch.bool:
+        if not bool(((out == 0) | (out == 1)).all()):
+            raise CheckFailed(f"your selection holds values other than 0/1 on {where}; "
+                              "return a boolean tensor, True = this position is in a span.")
+        out = out.bool()
+    return out
+
+
+def _span_notice(attempt) -> str | None:
+    for k in attempt.wrong:
+        words = attempt.cases[k][0]
+        answer = attempt.answers[k]
+        if bool((answer & (words < 0)).any()):
+            return ("you choose positions that belong to no word ([CLS], [SEP], padding: word "
+                    f"id -1) on {attempt.where(k)}: spans cover ordinary pieces only.")
+        for w in words[words >= 0].unique().tolist():
+            part = answer[words == w]
+            if bool(part.any()) and not bool(part.all()):
+                return (f"word {w} is only partly chosen on {attempt.where(k)}: a span takes "
+                        "whole words, every piece of each (a span of length L covers L words, "
+                        "not L positions).")
+    return None
+
+
+def _span_fallback(attempt) -> str:
+    i = attempt.first
+    mine, right = attempt.answers[i], attempt.references[i]
+    c = int((mine != right).nonzero()[0])
+    return (f"your selection differs from the reference at position {c} (word "
+            f"{int(attempt.cases[i][0][c])}) on {attempt.where(i)}: yours {bool(mine[c])}, the "
+            f"reference {bool(right[c])}. Take the draws in order, leave out words already "
+            "chosen, cut the span from its end to fit the budget, and stop once it is met.")
+
+
+_SPANS = Exercise(
+    title="span layout",
+    cases=_span_cases,
+    arguments=lambda words, budget, draws: (words.clone(), budget, list(draws)),
+    answer=_span_answer,
+    reference=_span_reference,
+    describe=lambda words, budget, draws: (
+        f"words={words.tolist()}, budget={budget}, draws={draws}"),
+    notice=_span_notice,
+    mistakes=_SPAN_MISTAKES,
+    fallback=_span_fallback,
+)
+
+
+def check_span_positions(fn: Callable) -> bool:
+    """Check ``fn(words, budget, draws)`` (Lesson 6, §3): SpanBERT's layout of spans.
+
+    ``words`` (n,) is the word id of each position (-1 for specials and padding, as
+    :func:`encoderlab.objectives.word_ids` gives), ``budget`` the number of pieces to choose,
+    ``draws`` a list of (length in words, starting word). The answer is the (n,) bool tensor of
+    the chosen positions.
+    """
+    return run(_SPANS, fn)

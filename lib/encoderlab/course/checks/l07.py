@@ -1,5 +1,6 @@
 """Lesson 7's checkers: BIO tags -> entity spans (§4), entity-level F1 (§4) and the best answer
-span from start / end logits (§5)."""
+span from start / end logits (§5), and the best answer across the windows of a long context
+(§7)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from encoderlab.course.checks.harness import CheckFailed, Exercise, run, short_v
 from encoderlab.lessons.l07_finetune import best_span, bio_to_spans, entity_scores
 from encoderlab.lessons.l07_tasks import TAGS
 
-__all__ = ["check_bio_to_spans", "check_entity_f1", "check_best_span"]
+__all__ = ["check_bio_to_spans", "check_entity_f1", "check_best_span", "check_window_span"]
 
 
 def _equal(a, b) -> bool:
@@ -375,3 +376,177 @@ def check_best_span(fn: Callable) -> bool:
     j - i + 1 <= max_tokens, both in the context, that maximises s_i + e_j.
     """
     return run(_SPAN, fn)
+
+
+# --- The best answer across windows (Lesson 7, §7) -----------------------------------------------
+
+
+def _window_variant(s, e, offsets, context_start, lengths, max_tokens, *, offset=True,
+                    shift=True, ordered=True, limit=True, use_null=True, null="min",
+                    first=False, context_only=True):
+    """best_answer_across_windows with one switch turned: each non-default one is a mistake."""
+    w, n = s.shape
+    position = torch.arange(n)
+    best = None  # (score, start, end) in context coordinates
+    for k in range(w):
+        inside = (position >= context_start) & (position < context_start + int(lengths[k]))
+        if not context_only:
+            inside = position < context_start + int(lengths[k])
+        i, j = position.unsqueeze(1), position.unsqueeze(0)
+        ok = inside.unsqueeze(1) & inside.unsqueeze(0)
+        if ordered:
+            ok &= j >= i
+        if limit:
+            ok &= j - i + 1 <= max_tokens
+        scores = (s[k].unsqueeze(1) + e[k].unsqueeze(0)).masked_fill(~ok, float("-inf"))
+        flat = int(scores.flatten().argmax())
+        a, b = flat // n, flat % n
+        moved = (int(offsets[k]) if offset else 0) - (context_start if shift else 0)
+        if best is None or float(scores.flatten()[flat]) > best[0]:
+            best = (float(scores.flatten()[flat]), a + moved, b + moved, k)
+        if first:
+            break
+    nulls = s[:, 0] + e[:, 0]
+    threshold = {"min": nulls.min(), "max": nulls.max(), "window": nulls[best[3]]}[null]
+    if use_null and best[0] <= float(threshold):
+        return None
+    return best[1], best[2]
+
+
+_WINDOW_MISTAKES = [
+    ("your positions are those of the window, not of the context: add the window's offset "
+     "(offsets[k]) to a span found in window k.",
+     partial(_window_variant, offset=False)),
+    ("your positions count the [CLS], question and [SEP] tokens in front of the context: "
+     "subtract context_start, so that the context's first piece is 0.",
+     partial(_window_variant, shift=False)),
+    ("you never answer 'no answer': compare the best span's score with the null score "
+     "s[CLS] + e[CLS] and return None when the span does not beat it.",
+     partial(_window_variant, use_null=False)),
+    ("you search only the first window: the answer can be in any window, so take the best "
+     "span over all of them.",
+     partial(_window_variant, first=True)),
+    ("your span can end before it starts: require start <= end.",
+     partial(_window_variant, ordered=False)),
+    ("your span can be longer than max_tokens: require end - start + 1 <= max_tokens.",
+     partial(_window_variant, limit=False)),
+    ("your span can start or end on [CLS] or the question: only the window's context "
+     "(context_start to context_start + context_lengths[k] - 1) may hold the answer.",
+     partial(_window_variant, context_only=False)),
+    ("you compare with the null score of the window where the best span is; BERT's SQuAD 2.0 "
+     "code takes the smallest null score over all windows (the window most sure that there is "
+     "an answer), the rule this exercise asks for.",
+     partial(_window_variant, null="window")),
+    ("you compare with the largest null score over the windows; take the smallest, the "
+     "window most sure that there is an answer.",
+     partial(_window_variant, null="max")),
+]
+
+
+def _window_cases() -> list[tuple]:
+    """(start_logits, end_logits, offsets, context_start, context_lengths, max_tokens)."""
+    def row(n, values, null=-5.0):
+        r = torch.zeros(n)
+        r[0] = null
+        for position, v in values.items():
+            r[position] = v
+        return r
+
+    def case(starts, ends, offsets, context_start, lengths, max_tokens):
+        return (torch.stack(starts), torch.stack(ends), torch.tensor(offsets), context_start,
+                torch.tensor(lengths), max_tokens)
+
+    n = 10  # [CLS] q q [SEP] c c c c c [SEP]: context_start 4, five pieces
+    cases = [
+        # the best span is in the second window, which begins at piece 3
+        case([row(n, {5: 1.0}), row(n, {6: 4.0})], [row(n, {5: 1.0}), row(n, {7: 4.0})],
+             [0, 3], 4, [5, 5], 3),
+        # the best start alone comes after the best end alone
+        case([row(n, {7: 5.0, 5: 2.0})], [row(n, {5: 5.0, 8: 1.0})], [0], 4, [5], 5),
+        # the question's tokens score higher than any context token
+        case([row(n, {1: 9.0, 6: 2.0})], [row(n, {2: 9.0, 6: 2.0})], [0], 4, [5], 3),
+        # every window's null score beats every span: no answer
+        case([row(n, {5: 1.0}, null=4.0), row(n, {6: 1.0}, null=3.0)],
+             [row(n, {5: 1.0}, null=4.0), row(n, {6: 1.0}, null=3.0)], [0, 3], 4, [5, 5], 3),
+        # the best span's own window says "no answer", another window is sure there is one
+        case([row(n, {5: 3.0}, null=5.0), row(n, {6: 1.0}, null=-2.0)],
+             [row(n, {5: 3.0}, null=5.0), row(n, {7: 1.0}, null=-2.0)], [0, 3], 4, [5, 5], 3),
+        # one window is sure there is no answer, but another is surer there is one
+        case([row(n, {5: 2.0}, null=0.5), row(n, {6: 0.5}, null=3.0), row(n, {}, null=-0.5)],
+             [row(n, {5: 2.0}, null=0.5), row(n, {6: 0.5}, null=3.0), row(n, {}, null=-0.5)],
+             [0, 3, 6], 4, [5, 5, 2], 3),
+        # a long span scores best but is over max_tokens
+        case([row(n, {4: 6.0, 6: 1.0})], [row(n, {8: 6.0, 6: 1.0})], [0], 4, [5], 2),
+        # the last window is shorter than the others
+        case([row(n, {5: 1.0}), row(n, {5: 1.0}), row(n, {5: 3.0, 8: 9.0})],
+             [row(n, {5: 1.0}), row(n, {5: 1.0}), row(n, {5: 3.0, 8: 9.0})],
+             [0, 3, 6], 4, [5, 5, 2], 4),
+    ]
+    g = torch.Generator().manual_seed(7)
+    for _ in range(8):
+        w = int(torch.randint(1, 5, (1,), generator=g))
+        start = int(torch.randint(2, 5, (1,), generator=g))
+        width = int(torch.randint(3, 8, (1,), generator=g))
+        stride = int(torch.randint(0, width, (1,), generator=g))
+        offsets = [k * (width - stride) for k in range(w)]
+        lengths = [width] * (w - 1) + [int(torch.randint(1, width + 1, (1,), generator=g))]
+        n = start + width + 1 + int(torch.randint(0, 3, (1,), generator=g))
+        cases.append((torch.randn(w, n, generator=g) * 3, torch.randn(w, n, generator=g) * 3,
+                      torch.tensor(offsets), start, torch.tensor(lengths),
+                      int(torch.randint(1, 5, (1,), generator=g))))
+    return cases
+
+
+def _as_span_or_none(value, where, *case):
+    if value is None:
+        return None
+    try:
+        start, end = value
+        return int(start), int(end)
+    except (TypeError, ValueError, RuntimeError):
+        raise CheckFailed(f"your function returned {short_value(value)} on {where}; return "
+                          "(start, end) as two ints, or None for no answer.") from None
+
+
+def _window_reference(s, e, offsets, context_start, lengths, max_tokens):
+    from encoderlab.lessons.l07_longqa import best_answer_across_windows
+
+    return best_answer_across_windows(s, e, offsets, context_start, lengths, max_tokens)
+
+
+def _first_wrong_window(attempt) -> str:
+    k = attempt.first
+    return (f"on {attempt.where(k)} you return {attempt.answers[k]}, the right answer is "
+            f"{attempt.references[k]}. Score each window's allowed spans by s_i + e_j, keep "
+            "the best over all windows, and compare it with the smallest null score.")
+
+
+_WINDOW = Exercise(
+    title="best answer across windows",
+    cases=_window_cases,
+    arguments=lambda s, e, o, c, lengths, m: (s.clone(), e.clone(), o.clone(), c,
+                                              lengths.clone(), m),
+    answer=_as_span_or_none,
+    reference=_window_reference,
+    describe=lambda s, e, o, c, lengths, m: (f"{len(s)} window(s) of n = {s.shape[1]}, "
+                                             f"context_start {c}, offsets {o.tolist()}, "
+                                             f"context_lengths {lengths.tolist()}, "
+                                             f"max_tokens {m}"),
+    numbered=True,
+    same=_equal,
+    mistakes=_WINDOW_MISTAKES,
+    fallback=_first_wrong_window,
+)
+
+
+def check_window_span(fn: Callable) -> bool:
+    """Check ``fn(start_logits, end_logits, offsets, context_start, context_lengths,
+    max_tokens) -> (start, end) | None`` (Lesson 7, §7).
+
+    ``start_logits``/``end_logits`` are (w, n), one row per window, [CLS] at position 0; window
+    k's context runs from row position ``context_start`` for ``context_lengths[k]`` pieces and
+    begins at piece ``offsets[k]`` of the whole context. The answer is the best allowed span
+    over all windows (start <= end, end - start + 1 <= max_tokens), in the context's pieces,
+    or None when its score does not beat the smallest s[CLS] + e[CLS] over the windows.
+    """
+    return run(_WINDOW, fn)

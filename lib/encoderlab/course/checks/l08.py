@@ -1,5 +1,5 @@
-"""Lesson 8's checkers: mean pooling over real tokens (§1), recall@k (§3) and the
-in-batch-negatives loss (§5)."""
+"""Lesson 8's checkers: mean pooling over real tokens (§1), recall@k (§3), the
+in-batch-negatives loss (§5) and re-ranking the bi-encoder's top k (§6)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,20 @@ from functools import partial
 import torch
 from torch.nn import functional as F
 
-from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, close, differs, run
+from encoderlab.course.checks.harness import (
+    CheckFailed,
+    Exercise,
+    as_tensor,
+    call,
+    close,
+    differs,
+    require_callable,
+    run,
+)
 from encoderlab.heads import pool
 
-__all__ = ["check_mean_pooling", "check_recall_at_k", "check_in_batch_negatives_loss"]
+__all__ = ["check_mean_pooling", "check_recall_at_k", "check_in_batch_negatives_loss",
+           "check_rerank_top_k"]
 
 # --- Mean pooling over real tokens (Lesson 8, §1) -----------------------------------------------
 
@@ -243,3 +253,169 @@ def check_in_batch_negatives_loss(fn: Callable) -> bool:
     """Check ``fn(a, b, scale)`` is InfoNCE with in-batch negatives (Lesson 8, §5): the mean
     cross-entropy of the rows of scale · cos(a_i, b_j) against the diagonal."""
     return run(_INFO_NCE, fn)
+
+
+# --- Re-rank the bi-encoder's top k (Lesson 8, §6) ------------------------------------------------
+
+
+class _ScoreLog:
+    """A cross-encoder stand-in that scores from a fixed table and records what it was asked."""
+
+    def __init__(self, table: torch.Tensor):
+        self.table = table  # (n_q, n_p): the cross-encoder's score of every pair
+        self.calls: list[tuple[int, list[int]]] = []
+
+    def __call__(self, i, candidates):
+        candidates = [int(c) for c in candidates]
+        self.calls.append((int(i), candidates))
+        return self.table[int(i), candidates].clone()
+
+
+def _bi_top(bi, k):
+    """Each row's top k passage indices, best first, ties to the lower index."""
+    return torch.sort(bi, dim=1, descending=True, stable=True).indices[:, :k]
+
+
+def _rerank_reference(bi, table, k):
+    out = []
+    for i, row in enumerate(_bi_top(bi, k).tolist()):  # candidates in the bi-encoder's order
+        order = torch.sort(table[i, row], descending=True, stable=True).indices
+        out.append(torch.tensor(row)[order])
+    return torch.stack(out)
+
+
+def _rerank_cases() -> list[tuple]:
+    """(bi_scores, cross table, k): small integer cross-encoder scores, so that ties are common;
+    one case with ties in the bi-encoder's scores too, one with k = all passages."""
+    g = torch.Generator().manual_seed(8)
+    cases = []
+    for n_q, n_p, k, levels in [(3, 8, 4, 3), (4, 12, 5, 4), (2, 6, 6, 2), (5, 20, 10, 5)]:
+        bi = torch.rand(n_q, n_p, generator=g)
+        table = torch.randint(0, levels, (n_q, n_p), generator=g).double()
+        cases.append((bi, table, k))
+    bi = torch.randint(0, 4, (3, 10), generator=g).double() / 4  # the bi-encoder ties too
+    cases.append((bi, torch.randint(0, 3, (3, 10), generator=g).double(), 5))
+    return cases
+
+
+def _rerank_arguments(bi, table, k):
+    return bi.clone(), _ScoreLog(table), k
+
+
+def _by_index_then_score(bi, table, k):
+    out = []
+    for i, row in enumerate(_bi_top(bi, k).tolist()):
+        row = sorted(row)  # the candidates' bi-encoder order is lost
+        order = torch.sort(table[i, row], descending=True, stable=True).indices
+        out.append(torch.tensor(row)[order])
+    return torch.stack(out)
+
+
+def _python_sorted_pairs(bi, table, k):
+    out = []
+    for i, row in enumerate(_bi_top(bi, k).tolist()):
+        pairs = sorted(zip(table[i, row].tolist(), row), reverse=True)  # ties: larger index first
+        out.append(torch.tensor([j for _, j in pairs]))
+    return torch.stack(out)
+
+
+def _whole_collection(bi, table, k):
+    return torch.sort(table, dim=1, descending=True, stable=True).indices[:, :k]
+
+
+_RERANK_MISTAKES = [
+    ("your lists are the bi-encoder's top k in its own order: the cross-encoder's scores were "
+     "not used to re-order them.",
+     lambda bi, table, k: _bi_top(bi, k)),
+    ("your lists are in increasing order of the cross-encoder's score, worst first; sort with "
+     "descending=True.",
+     lambda bi, table, k: torch.stack([torch.tensor(row)[torch.sort(
+         table[i, row], stable=True).indices] for i, row in enumerate(_bi_top(bi, k).tolist())])),
+    ("you return positions inside the top k (0 to k - 1), not passage indices: map each "
+     "position back through the candidate list, candidates[position].",
+     lambda bi, table, k: torch.stack([torch.sort(table[i, row], descending=True,
+                                                  stable=True).indices
+                                       for i, row in enumerate(_bi_top(bi, k).tolist())])),
+    ("where the cross-encoder ties, your order puts the larger passage index first "
+     "(sorted(zip(scores, candidates), reverse=True) compares the indices too); ties must keep "
+     "the bi-encoder's order: sort the scores alone with a stable sort (torch.sort(..., "
+     "stable=True)).",
+     _python_sorted_pairs),
+    ("where the cross-encoder ties, your order follows the passage index, not the bi-encoder's "
+     "ranking: keep the candidates in the bi-encoder's order (best first) and sort stably.",
+     _by_index_then_score),
+]
+
+
+def _rerank_answer(result, where, bi, table, k) -> torch.Tensor:
+    out = as_tensor(result, "the (n_q, k) tensor of passage indices")
+    if tuple(out.shape) != (bi.shape[0], k):
+        raise CheckFailed(f"your output has shape {tuple(out.shape)} on {where}; expected "
+                          f"(n_q, k) = {(bi.shape[0], k)}: each query's k passage indices, best "
+                          "first.")
+    return out.long()
+
+
+def _first_wrong_rerank(attempt) -> str:
+    i = attempt.first
+    bi, _table, k = attempt.cases[i]
+    mine, right = attempt.answers[i], attempt.references[i]
+    q = int((mine != right).any(dim=1).nonzero()[0])
+    return (f"on {attempt.where(i)}, query {q}: your list is {mine[q].tolist()}, the re-ranked "
+            f"top {k} is {right[q].tolist()}. Take the bi-encoder's top {k} (best first), score "
+            "them with cross_score(i, candidates), and sort by that score, ties in the "
+            "bi-encoder's order.")
+
+
+_RERANK = Exercise(
+    title="re-rank the top k",
+    cases=_rerank_cases,
+    arguments=_rerank_arguments,
+    answer=_rerank_answer,
+    reference=_rerank_reference,
+    describe=lambda bi, table, k: f"{bi.shape[0]} queries, {bi.shape[1]} passages, k = {k}",
+    mistakes=_RERANK_MISTAKES,
+    fallback=_first_wrong_rerank,
+)
+
+
+def check_rerank_top_k(fn: Callable) -> bool:
+    """Check ``fn(bi_scores, cross_score, k)`` re-ranks each query's bi-encoder top k by the
+    cross-encoder (Lesson 8, §6).
+
+    ``bi_scores`` is (n_q, n_p); ``cross_score(i, candidates)`` returns the cross-encoder's scores
+    of query i with the passages listed in ``candidates``. The answer is (n_q, k) passage indices,
+    best first; ties in the cross-encoder's scores keep the bi-encoder's order, ties in the
+    bi-encoder's scores the lower index first. The cross-encoder may be asked only about each
+    query's top k, each passage once: that is the whole point of re-ranking.
+    """
+    _check_scoring_budget(fn)
+    return run(_RERANK, fn)
+
+
+def _check_scoring_budget(fn: Callable) -> None:
+    """Run ``fn`` on one case and refuse it if it scored passages outside the top k, scored a
+    passage twice, or called the cross-encoder for a query index that does not exist."""
+    require_callable(fn)
+    bi, table, k = _rerank_cases()[1]
+    log = _ScoreLog(table)
+    call(fn, (bi.clone(), log, k), "the first budget case")
+    top = _bi_top(bi, k).tolist()
+    asked: dict[int, list[int]] = {}
+    for i, candidates in log.calls:
+        asked.setdefault(i, []).extend(candidates)
+    for i, passages in sorted(asked.items()):
+        outside = sorted(set(passages) - set(top[i]))
+        if outside:
+            raise CheckFailed(
+                f"your function asked the cross-encoder about query {i} with passages "
+                f"{outside[:5]}, which are not in its bi-encoder top {k}: scoring "
+                f"{len(set(passages))} passages per query is the cost re-ranking avoids. Score "
+                f"only the top k, the {k} passages with the highest bi_scores.")
+        if len(passages) != len(set(passages)):
+            raise CheckFailed(f"your function scored some passages of query {i} more than once "
+                              "(each is a full cross-encoder pass): score each candidate once.")
+    missing = [i for i in range(bi.shape[0]) if i not in asked]
+    if missing:
+        raise CheckFailed(f"your function never asked the cross-encoder about queries {missing}: "
+                          "call cross_score(i, candidates) once per query.")

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from functools import partial
+from functools import partial, wraps
 
 import torch
+from torch.nn import functional as F
 
-from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, close, differs, run
+from encoderlab.course.checks.harness import (
+    CheckFailed,
+    Exercise,
+    as_tensor,
+    close,
+    differs,
+    require_callable,
+    run,
+)
 
 __all__ = ["check_online_softmax"]
 
@@ -196,9 +206,76 @@ def _describe_online(s, v, chunk_size, reads) -> str:
     return f"scores {tuple(s.shape)}, values {tuple(v.shape)}, chunk_size={chunk_size}"
 
 
+# The softmax family the exercise forbids over a whole row: (owner, attribute, name in messages).
+# While the learner's function runs, each is replaced by a version that notes a call whose
+# reduced dimension is longer than chunk_size (see _forbidding_full_row_softmax).
+_SOFTMAX_FAMILY = [
+    (torch, "softmax", "torch.softmax"), (torch, "log_softmax", "torch.log_softmax"),
+    (torch, "logsumexp", "torch.logsumexp"),
+    (torch.special, "softmax", "torch.special.softmax"),
+    (torch.special, "log_softmax", "torch.special.log_softmax"),
+    (torch.special, "logsumexp", "torch.special.logsumexp"),
+    (F, "softmax", "F.softmax"), (F, "log_softmax", "F.log_softmax"),
+    (torch.Tensor, "softmax", "Tensor.softmax"),
+    (torch.Tensor, "log_softmax", "Tensor.log_softmax"),
+    (torch.Tensor, "logsumexp", "Tensor.logsumexp"),
+]
+FULL_ROW_SOFTMAX = "called a softmax over a whole row"  # the start of the message, for tests
+
+
+def _guarded(original, name, chunk_size, calls):
+    """``original`` that first notes a call reducing more than ``chunk_size`` entries at once."""
+
+    @wraps(original)
+    def guarded(x, *args, **kwargs):
+        dim = kwargs.get("dim", args[0] if args else None)
+        if isinstance(x, torch.Tensor) and x.dim() > 0:
+            dims = [dim] if isinstance(dim, int) else list(dim) if dim is not None else [-1]
+            length = math.prod(x.shape[d] for d in dims)
+            if length > chunk_size:
+                calls.append(f"{name} over {length} entries at once")
+        return original(x, *args, **kwargs)
+
+    return guarded
+
+
+def _forbidding_full_row_softmax(fn: Callable) -> Callable:
+    """``fn`` run with the softmax family noting any call over more than one chunk of keys.
+
+    The watched scores (:class:`_ChunkedScores`) see what is computed on ``s`` itself; a learner
+    who rebuilds the row first (``torch.cat(s.split(c, 1), 1)``, ``torch.Tensor(s)``) escapes
+    them, but not these. The calls are noted (not raised, which a ``try`` could swallow) in the
+    case's ``reads`` list, tagged so that :func:`_online_output` names them; every attribute is
+    restored in ``finally``, whatever ``fn`` does.
+    """
+
+    @wraps(fn)
+    def guarded_fn(s, v, chunk_size):
+        calls = []
+        saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in _SOFTMAX_FAMILY]
+        try:
+            for (owner, attr, original), (_, _, name) in zip(saved, _SOFTMAX_FAMILY, strict=True):
+                setattr(owner, attr, _guarded(original, name, chunk_size, calls))
+            return fn(s, v, chunk_size)
+        finally:
+            for owner, attr, original in saved:
+                setattr(owner, attr, original)
+            if calls and isinstance(s, _ChunkedScores):
+                s.reads.insert(0, ("softmax", calls[0]))
+
+    return guarded_fn
+
+
 def _online_output(result, where, s, v, chunk_size, reads) -> torch.Tensor:
     """The (n_q, d_v) output, provided the answer never read more than a chunk of s at once."""
     out = as_tensor(_plain(result), "the (n_q, d_v) output")
+    if reads and isinstance(reads[0], tuple):
+        raise CheckFailed(
+            f"your function {FULL_ROW_SOFTMAX} ({reads[0][1]}, with chunk_size={chunk_size}, "
+            f"on {where}), which the exercise forbids: the point is to never hold a whole row "
+            "of probabilities. Loop over chunks s[:, c:c + chunk_size], keep a running max m, "
+            "denominator l and numerator, and divide once at the end."
+        )
     if reads:
         raise CheckFailed(
             f"your function computed {reads[0]} at once (on {where}), but the exercise reads "
@@ -247,6 +324,10 @@ def check_online_softmax(fn: Callable) -> bool:
 
     ``s`` arrives watched (:class:`_ChunkedScores`): a function that computes anything on more
     than ``chunk_size`` key columns at once (``torch.softmax(s, -1)``, ``s.amax(1)``) fails,
-    whatever it returns. A wrong result is matched against the usual mistakes
-    (``_ONLINE_MISTAKES``), which are named in words."""
-    return run(_ONLINE, fn)
+    whatever it returns. The softmax family (``torch.softmax``, ``F.softmax``,
+    ``Tensor.softmax``, their log versions, ``logsumexp``) is also watched while ``fn`` runs
+    (:func:`_forbidding_full_row_softmax`): calling one over more than ``chunk_size`` entries
+    fails, even on a row rebuilt from its chunks. A wrong result is matched against the usual
+    mistakes (``_ONLINE_MISTAKES``), which are named in words."""
+    require_callable(fn)
+    return run(_ONLINE, _forbidding_full_row_softmax(fn))
