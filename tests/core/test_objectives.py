@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 from torch.nn import functional as F
+from toy_wordpiece import SPECIAL, TINY, TOKENS, random_batch
 
 from encoderlab import objectives
-from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM
 from encoderlab.objectives import BERT_MASK_ID, IGNORE_INDEX, mlm_corrupt, mlm_loss
 
@@ -19,12 +19,6 @@ SPECIALS = (0, 1, 2, 3, 4)  # [PAD] [UNK] [CLS] [SEP] [MASK]
 MASK = 4
 V = 500
 
-# A tiny WordPiece vocabulary for whole-word and span masking (Lesson 6).
-TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "list", "is", "over", "##flow",
-          "##ed", "un", "##sort", "a", "stack", "."]
-SPECIAL = (0, 1, 2, 3, 4)
-TINY = EncoderConfig(vocab_size=len(TOKENS), d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                     n_max=32, dropout=0.0)
 
 
 def batch(rows=400, n=64, seed=0):
@@ -197,21 +191,6 @@ def test_mlm_loss_errors(logits, labels, message):
 
 
 # --- Whole-word and span masking (Lesson 6, §3) ------------------------------------------------
-
-
-def random_batch(b=64, n=24, seed=0):
-    """Random sentences over TOKENS: [CLS] words [SEP] [PAD]..., words of 1-3 pieces."""
-    g = torch.Generator().manual_seed(seed)
-    words = [[5], [6], [7], [8, 9, 10], [11, 12, 10], [13], [14], [15], [8], [11, 12]]
-    rows = []
-    for _ in range(b):
-        pieces = []
-        target = int(torch.randint(4, n - 2, (1,), generator=g))
-        while len(pieces) < target:
-            pieces += words[int(torch.randint(len(words), (1,), generator=g))]
-        rows.append([2, *pieces[: n - 2], 3])
-    ids = torch.tensor([r + [0] * (n - len(r)) for r in rows])
-    return ids, (ids != 0).long()
 
 
 def test_word_ids_join_continuation_pieces_and_skip_specials():
