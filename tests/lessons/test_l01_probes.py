@@ -190,13 +190,18 @@ def test_group_similarity_errors():
 # --- attention_between_words (Lesson 3, §2) ----------------------------------------------------
 
 
+def _attention(tokenizer, model, text):
+    """Every layer's and head's attention for one sentence, read straight from the model."""
+    enc = tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+        return torch.stack(model(**enc, output_attentions=True).attentions)[:, 0]  # (L, h, n, n)
+
+
 def test_attention_between_words_reads_the_model_s_weights(minilm):
     tokenizer, model = minilm
     text = "the dog chased the ball because it was bored"
     w = attention_between_words(tokenizer, model, text, "it", ["dog", "ball"])
-    enc = tokenizer([text], return_tensors="pt")
-    with torch.no_grad():
-        a = torch.stack(model(**enc, output_attentions=True).attentions)[:, 0]  # (L, h, n, n)
+    a = _attention(tokenizer, model, text)  # (L, h, n, n)
     i = word_positions(tokenizer, text, "it")[0]
     dog = word_positions(tokenizer, text, "dog")[0]
     ball = word_positions(tokenizer, text, "ball")[0]
@@ -211,9 +216,7 @@ def test_attention_between_words_sums_a_split_key_word(minilm):
     tokenizer, model = minilm
     text = "the river overflowed and it flooded the town"
     w = attention_between_words(tokenizer, model, text, "it", ["overflowed"])
-    enc = tokenizer([text], return_tensors="pt")
-    with torch.no_grad():
-        a = torch.stack(model(**enc, output_attentions=True).attentions)[:, 0]
+    a = _attention(tokenizer, model, text)  # (L, h, n, n)
     i = word_positions(tokenizer, text, "it")[0]
     pieces = word_positions(tokenizer, text, "overflowed")
     assert len(pieces) == 3
@@ -237,9 +240,7 @@ def test_attention_from_other_words_averages_the_remaining_rows(minilm):
     tokenizer, model = minilm
     text = "the dog chased the ball because it was bored"
     w = attention_from_other_words(tokenizer, model, text, "it", ["dog", "ball"])
-    enc = tokenizer([text], return_tensors="pt")
-    with torch.no_grad():
-        a = torch.stack(model(**enc, output_attentions=True).attentions)[:, 0]  # (L, h, n, n)
+    a = _attention(tokenizer, model, text)  # (L, h, n, n)
     i = word_positions(tokenizer, text, "it")[0]
     dog = word_positions(tokenizer, text, "dog")[0]
     ball = word_positions(tokenizer, text, "ball")[0]
