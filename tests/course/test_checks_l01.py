@@ -1,6 +1,8 @@
 """Lesson 1's checkers: check_cosine_similarity, check_objective_labels and
 check_batch_objective."""
 
+import re
+
 import pytest
 import torch
 
@@ -50,9 +52,8 @@ def test_cosine_checker_accepts_correct_answers(fn, capsys):
         (lambda x: x.no_such_method(), "raised AttributeError"),
     ],
 )
-def test_cosine_checker_names_the_mistake(fn, message):
-    with pytest.raises(CheckFailed, match=message):
-        check_cosine_similarity(fn)
+def test_cosine_checker_names_the_mistake(fn, message, both_passes):
+    assert re.search(message, str(both_passes(check_cosine_similarity, fn)))
 
 
 # --- checks.check_objective_labels -------------------------------------------------------------
@@ -140,16 +141,16 @@ def _zero_fill(input_ids, objective, masked_positions):
         (lambda ids, objective, masked: 1 / 0, "raised ZeroDivisionError"),
     ],
 )
-def test_labels_checker_names_the_mistake(fn, message):
-    with pytest.raises(CheckFailed, match=message):
-        check_objective_labels(fn)
+def test_labels_checker_names_the_mistake(fn, message, both_passes):
+    assert re.search(message, str(both_passes(check_objective_labels, fn)))
 
 
 # --- checks.check_batch_objective: a learner's version, written out ---------------------------
 
 
 def batch_objective(input_ids, attention_mask, objective, chosen, mask_id, *, pad_labels=False,
-                    own_real=False, corrupt=True, causal=None, rows=False, padding=True):
+                    own_real=False, corrupt=True, causal=None, rows=False, padding=True,
+                    anti=False, rows_too=False, every_real=False):
     """(inputs, labels, sees) of one objective on a padded batch; each keyword is one slip."""
     b, n = input_ids.shape
     real = attention_mask.bool()
@@ -162,14 +163,18 @@ def batch_objective(input_ids, attention_mask, objective, chosen, mask_id, *, pa
             labels[:, :-1][~real[:, 1:]] = -100
     else:
         labels[chosen] = input_ids[chosen]
+        if every_real:
+            labels = input_ids.masked_fill(~real, -100)
         if corrupt:
             inputs[chosen] = mask_id
     is_causal = objective == "next-token" if causal is None else causal
     sees = torch.ones(b, n, n, dtype=torch.bool)
     if is_causal:
-        sees = sees.tril()
+        sees = sees.triu() if anti else sees.tril()
     if padding:
         sees = sees & (real[:, :, None] if rows else real[:, None, :])
+    if rows_too:
+        sees = sees & real[:, :, None]
     return inputs, labels, sees
 
 
@@ -202,11 +207,34 @@ def _only(objective, **slip):
         (lambda *case: batch_objective(*case, rows=True), r"^your visibility hides \[PAD\] rows"),
         (lambda *case: batch_objective(*case, padding=False),
          r"^your visibility ignores the attention_mask"),
+        (_only("next-token", anti=True), r"^your next-token visibility is anti-causal"),
+        (lambda *case: batch_objective(*case, rows_too=True),
+         r"^your visibility hides the \[PAD\] queries \(rows\) as well as the \[PAD\] keys"),
+        (_only("masked", every_real=True), r"^your masked-objective labels cover every real"),
     ],
 )
-def test_check_batch_objective_names_the_mistake(wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check_batch_objective(wrong)
+def test_check_batch_objective_names_the_mistake(wrong, words, both_passes):
+    failure = both_passes(check_batch_objective, wrong)
+    assert re.search(words, str(failure)) and failure.fix
+
+
+def test_check_batch_objective_refuses_changing_input_ids(both_passes):
+    def corrupting_in_place(input_ids, attention_mask, objective, chosen, mask_id):
+        inputs, labels, sees = batch_objective(input_ids, attention_mask, objective, chosen,
+                                               mask_id)
+        input_ids[chosen] = mask_id  # the right values, written into the caller's tensor
+        return input_ids, labels, sees
+
+    failure = both_passes(check_batch_objective, corrupting_in_place)
+    assert str(failure).startswith("your function changed input_ids in place.")
+
+
+def test_labels_checker_refuses_float_labels(both_passes):
+    def float_labels(input_ids, objective, masked_positions):
+        return labels_reference(input_ids, objective, masked_positions).float()
+
+    failure = both_passes(check_objective_labels, float_labels)
+    assert failure.diagnosis.startswith("your labels have dtype torch.float32") and failure.fix
 
 
 def test_check_batch_objective_shapes_and_fallback():
@@ -224,9 +252,18 @@ def test_check_batch_objective_shapes_and_fallback():
         return inputs, labels, sees
 
     with pytest.raises(CheckFailed, match=r"return the triple \(inputs, labels, sees\)"):
-        check_batch_objective(two_things)
+        check_batch_objective(two_things, hint=True)
     with pytest.raises(CheckFailed, match=r"^your sees has dtype torch.int64"):
         check_batch_objective(int_sees)
     with pytest.raises(CheckFailed, match=r"^your labels differ from the reference on .* first at "
                                           r"row 0, position 0: yours 7"):
         check_batch_objective(one_label_off)
+
+    def pad_rows_see_everything(*case):  # no named mistake: the message says who is [PAD]
+        inputs, labels, sees = batch_objective(*case)
+        return inputs, labels, sees | ~case[1].bool()[:, :, None]
+
+    with pytest.raises(CheckFailed, match=r"first at row 1, query (\d+), key \1 \(query \1 is "
+                                          r"\[PAD\], key \1 is \[PAD\]\): yours True, expected "
+                                          r"False\.\nFix: sees\[b, i, j\]"):
+        check_batch_objective(pad_rows_see_everything, hint=True)

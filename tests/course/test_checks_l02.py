@@ -1,5 +1,7 @@
 """Lesson 2's checkers: check_wordpiece, check_wordpiece_merges and check_build_inputs."""
 
+import re
+
 import pytest
 import torch
 
@@ -97,9 +99,8 @@ def test_wordpiece_checker_accepts_the_reference(capsys):
         (wp_raises, "your function raised TypeError"),
     ],
 )
-def test_wordpiece_checker_names_the_mistake(wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check_wordpiece(wrong)
+def test_wordpiece_checker_names_the_mistake(wrong, words, both_passes):
+    assert re.search(words, str(both_passes(check_wordpiece, wrong)))
 
 
 def test_wordpiece_checker_falls_back_to_the_first_difference():
@@ -173,12 +174,11 @@ def test_build_inputs_checker_accepts_the_reference(capsys):
         (build_segments_one_and_two, "segment ids are 1 and 2"),
         (build_swapped_outputs, "returns \\(token_type_ids, input_ids\\)"),
         (build_too_few_types, "one segment id per token"),
-        (lambda a, b=None: build(a, b)[0], "return a pair \\(input_ids, token_type_ids\\)"),
+        (lambda a, b=None: build(a, b)[0], "not a pair"),
     ],
 )
-def test_build_inputs_checker_names_the_mistake(wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check_build_inputs(wrong)
+def test_build_inputs_checker_names_the_mistake(wrong, words, both_passes):
+    assert re.search(words, str(both_passes(check_build_inputs, wrong)))
 
 
 # --- check_wordpiece_merges: the training loop, right and wrong ----------------------------------
@@ -236,9 +236,11 @@ def test_merges_reference_passes(capsys):
     ({"tie": "first"}, "pair met first"),
     ({"weighted": False}, "each distinct word once"),
 ])
-def test_merges_mistakes_are_named(switch, message):
-    with pytest.raises(CheckFailed, match=message):
-        check_wordpiece_merges(lambda counts, n: _learner_merges(counts, n, **switch))
+def test_merges_mistakes_are_named(switch, message, both_passes):
+    def learner(counts, n_merges):
+        return _learner_merges(counts, n_merges, **switch)
+
+    assert re.search(message, str(both_passes(check_wordpiece_merges, learner)))
 
 
 def test_merges_first_ranking_is_named():
@@ -250,6 +252,83 @@ def test_merges_first_ranking_is_named():
 
     with pytest.raises(CheckFailed, match="follow the first ranking"):
         check_wordpiece_merges(first_ranking)
+
+
+def _merging(merge_word):
+    """A learner who scores and chooses like the reference but applies each merge to a word
+    with ``merge_word(parts, a, b, new)``."""
+    def learner(counts, n_merges):
+        splits = {w: list(lv.split_word(w)) for w in counts}
+        merges = []
+        while len(merges) < n_merges:
+            sym, pair = lv.count_symbols_and_pairs(splits, counts)
+            if not pair:
+                break
+            a, b = lv.best_pair(pair, sym)
+            for w, parts in splits.items():
+                splits[w] = merge_word(parts, a, b, lv.merged(a, b))
+            merges.append((a, b))
+        return merges
+
+    return learner
+
+
+def _from_the_end(parts, a, b, new):
+    i = len(parts) - 2
+    while i >= 0:
+        if parts[i] == a and parts[i + 1] == b:
+            parts[i:i + 2] = [new]
+            i -= 1
+        i -= 1
+    return parts
+
+
+def _first_only(parts, a, b, new):
+    for i in range(len(parts) - 1):
+        if parts[i] == a and parts[i + 1] == b:
+            return parts[:i] + [new] + parts[i + 2:]
+    return parts
+
+
+def _by_replace(parts, a, b, new):  # text replacement: 'h ##u ##gs' also matches '##u ##g'
+    return " ".join(parts).replace(f"{a} {b}", new).split(" ")
+
+
+@pytest.mark.parametrize("merge_word, message", [
+    (_from_the_end, r"merge each word from its end"),
+    (_first_only, r"only the first occurrence of the pair in each word"),
+    (_by_replace, r"must apply them to the words differently"),
+])
+def test_merges_applied_wrongly_are_named(merge_word, message, both_passes):
+    failure = both_passes(check_wordpiece_merges, _merging(merge_word))
+    assert re.search(message, str(failure))
+
+
+def test_merges_new_cases_catch_the_overlap_and_the_repeat():
+    # a ##a ##a ##a: ##a ##a (6/81) beats a ##a (3/309) and overlaps itself; from the left it
+    # leaves a ##aa ##a. a ##b ##c ##b ##c holds ##b ##c twice.
+    assert lv.train_merges_plain({"aaaa": 3, "a": 100}, 1) == [("##a", "##a")]
+    assert lv.apply_merge(lv.split_word("aaaa"), "##a", "##a") == ("a", "##aa", "##a")
+    assert lv.train_merges_plain({"abcbc": 5, "a": 40}, 1) == [("##b", "##c")]
+
+
+def test_merges_exact_tie_lost_to_rounding_is_explained(both_passes):
+    def two_divisions(counts, n_merges):  # n / a / b: the same score, rounded twice
+        splits = {w: lv.split_word(w) for w in counts}
+        merges = []
+        while len(merges) < n_merges:
+            sym, pair = lv.count_symbols_and_pairs(splits, counts)
+            if not pair:
+                break
+            a, b = min(pair, key=lambda p: (-(pair[p] / sym[p[0]] / sym[p[1]]), p))
+            splits = {w: lv.apply_merge(parts, a, b) for w, parts in splits.items()}
+            merges.append((a, b))
+        return merges
+
+    failure = both_passes(check_wordpiece_merges, two_divisions)
+    assert re.search(r"tie exactly \(score 12/\(17·12\) = 1/17; score 5/\(17·5\) = 1/17\)",
+                     str(failure))
+    assert "one division" in failure.fix
 
 
 def test_merges_unknown_mistake_says_where():
@@ -265,6 +344,6 @@ def test_merges_wrong_return_types_are_explained():
     with pytest.raises(CheckFailed, match="not the merged symbol"):
         check_wordpiece_merges(lambda counts, n: ["##gs"])
     with pytest.raises(CheckFailed, match="return the list of merges"):
-        check_wordpiece_merges(lambda counts, n: None)
+        check_wordpiece_merges(lambda counts, n: None, hint=True)
     with pytest.raises(CheckFailed, match="NotImplementedError"):
         check_wordpiece_merges(lambda counts, n: (_ for _ in ()).throw(NotImplementedError()))

@@ -2,6 +2,7 @@
 check_multi_head_attention."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -131,9 +132,8 @@ def test_attention_accepts_the_reference(capsys):
         (attention_that_raises, "your function raised NameError: name 'd_k' is not defined"),
     ],
 )
-def test_attention_names_the_mistake(wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check_attention(wrong)
+def test_attention_names_the_mistake(wrong, words, both_passes):
+    assert re.search(words, str(both_passes(check_attention, wrong)))
 
 
 def test_a_raising_function_is_reported_with_its_line():
@@ -196,15 +196,14 @@ def test_causal_mask_accepts_the_reference():
         (causal_without_diagonal, "may attend to itself"),
         (causal_inverted, "wrong way round"),
         (causal_bidirectional, "bidirectional"),
-        (causal_float, r"dtype torch.float32.*\.bool\(\)"),
+        (causal_float, r"dtype torch.float32, but masks in this course are boolean"),
         (causal_additive, "looks additive"),
         (causal_batched, r"shape \(1, 5, 5\) for n = 5; the causal mask is \(n, n\)"),
         (causal_raises, "your function raised TypeError"),
     ],
 )
-def test_causal_mask_names_the_mistake(wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check_causal_mask(wrong)
+def test_causal_mask_names_the_mistake(wrong, words, both_passes):
+    assert re.search(words, str(both_passes(check_causal_mask, wrong)))
 
 
 # --- The padding mask -------------------------------------------------------------------------
@@ -262,9 +261,8 @@ def test_padding_mask_accepts_the_reference():
         (padding_raises, "your function raised TypeError"),
     ],
 )
-def test_padding_mask_names_the_mistake(wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check_padding_mask(wrong)
+def test_padding_mask_names_the_mistake(wrong, words, both_passes):
+    assert re.search(words, str(both_passes(check_padding_mask, wrong)))
 
 
 def test_an_unknown_mistake_still_says_where():
@@ -293,25 +291,43 @@ def _linear(x, params, name):
 
 
 def self_attention(x, attention_mask, params, n_heads, *, split_ok=True, merge_ok=True,
-                   d_scale=False, rows=False, ignore_mask=False, project=True):
-    """A learner's multi-head self-attention, written out; each keyword is one slip."""
+                   d_scale=False, rows=False, ignore_mask=False, project=True, as_stored=False,
+                   biases=True, interleave_split=False, interleave_merge=False, softmax_dim=-1,
+                   no_scale=False, rows_and_keys=False, zero_after=False):
+    """A learner's multi-head self-attention, written out with @; each keyword is one slip."""
     b, n, d = x.shape
     d_k = d // n_heads
 
+    def linear(t, name):
+        w = params[f"{name}.weight"]
+        return t @ (w if as_stored else w.T) + (params[f"{name}.bias"] if biases else 0)
+
     def split(t):
+        if interleave_split:
+            return t.view(b, n, d_k, n_heads).permute(0, 3, 1, 2)
         if split_ok:
             return t.view(b, n, n_heads, d_k).transpose(1, 2)
         return t.view(b, n_heads, n, d_k)
 
-    q, k, v = (split(_linear(x, params, name)) for name in ("w_q", "w_k", "w_v"))
-    s = q @ k.transpose(-2, -1) / math.sqrt(d if d_scale else d_k)
+    q, k, v = (split(linear(x, name)) for name in ("w_q", "w_k", "w_v"))
+    s = q @ k.transpose(-2, -1) / (1.0 if no_scale else math.sqrt(d if d_scale else d_k))
     real = attention_mask.bool()
-    if not ignore_mask:
+    if rows_and_keys:
+        s = s.masked_fill(~(real[:, None, :, None] & real[:, None, None, :]), float("-inf"))
+    elif not (ignore_mask or zero_after):
         hide = ~real[:, None, :, None] if rows else ~real[:, None, None, :]
         s = s.masked_fill(hide, float("-inf"))
-    out = torch.softmax(s, dim=-1) @ v  # (b, h, n, d_k); NaN rows when rows are hidden
-    out = out.transpose(1, 2).reshape(b, n, d) if merge_ok else out.reshape(b, n, d)
-    return _linear(out, params, "w_o") if project else out
+    a = torch.softmax(s, dim=softmax_dim)  # NaN rows when rows are hidden
+    if zero_after:
+        a = a * real[:, None, None, :]
+    if rows_and_keys:
+        a = torch.nan_to_num(a)
+    out = a @ v  # (b, h, n, d_k)
+    if interleave_merge:
+        out = out.permute(0, 2, 3, 1).reshape(b, n, d)
+    else:
+        out = out.transpose(1, 2).reshape(b, n, d) if merge_ok else out.reshape(b, n, d)
+    return linear(out, "w_o") if project else out
 
 
 def self_attention_heads_shape(x, attention_mask, params, n_heads):
@@ -329,12 +345,54 @@ def test_multi_head_attention_accepts_the_reference(capsys):
     assert check_multi_head_attention(self_attention) is True
     assert "correct on 5 cases" in capsys.readouterr().out
 
+    def with_f_linear(x, attention_mask, params, n_heads):  # F.linear, (out, weights) returned
+        b, n, d = x.shape
+        q, k, v = (_linear(x, params, name).view(b, n, n_heads, -1).transpose(1, 2)
+                   for name in ("w_q", "w_k", "w_v"))
+        s = (q @ k.transpose(-2, -1)) * (d // n_heads) ** -0.5
+        a = s.masked_fill(attention_mask[:, None, None, :] == 0, -1e9).softmax(-1)
+        return _linear((a @ v).transpose(1, 2).flatten(2), params, "w_o"), a
+
+    assert check_multi_head_attention(with_f_linear)
+
+
+def test_multi_head_attention_forbids_the_library(both_passes):
     def with_module(x, attention_mask, params, n_heads):  # the library's module, weights copied
         mha = MultiHeadAttention(x.shape[-1], n_heads)
         mha.load_state_dict(params)
-        return mha(x, mask=masks.padding(attention_mask))  # (out, weights) is accepted
+        return mha(x, mask=masks.padding(attention_mask))
 
-    assert check_multi_head_attention(with_module)
+    def with_fused(x, attention_mask, params, n_heads):
+        b, n, d = x.shape
+        q, k, v = (_linear(x, params, name).view(b, n, n_heads, -1).transpose(1, 2)
+                   for name in ("w_q", "w_k", "w_v"))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=masks.padding(attention_mask))
+        return _linear(out.transpose(1, 2).reshape(b, n, d), params, "w_o")
+
+    def with_ours(x, attention_mask, params, n_heads):  # the name imported into this module
+        b, n, d = x.shape
+        q, k, v = (_linear(x, params, name).view(b, n, n_heads, -1).transpose(1, 2)
+                   for name in ("w_q", "w_k", "w_v"))
+        out, _ = scaled_dot_product_attention(q, k, v, masks.padding(attention_mask))
+        return _linear(out.transpose(1, 2).reshape(b, n, d), params, "w_o")
+
+    def swallowing(x, attention_mask, params, n_heads):  # tries the fused kernel, falls back
+        try:
+            return with_fused(x, attention_mask, params, n_heads)
+        except Exception:
+            return self_attention(x, attention_mask, params, n_heads)
+
+    original = (F.scaled_dot_product_attention, MultiHeadAttention.forward,
+                scaled_dot_product_attention)
+    for fn, name in [(with_module, "MultiHeadAttention"),
+                     (with_fused, "F.scaled_dot_product_attention"),
+                     (with_ours, "encoderlab.attention.scaled_dot_product_attention"),
+                     (swallowing, "F.scaled_dot_product_attention")]:
+        failure = both_passes(check_multi_head_attention, fn)
+        assert str(failure).startswith(f"you called {name}")
+        assert "asks you to write yourself" in failure.diagnosis and failure.fix
+    assert (F.scaled_dot_product_attention, MultiHeadAttention.forward,
+            scaled_dot_product_attention) == original  # restored
 
 
 @pytest.mark.parametrize(
@@ -346,18 +404,53 @@ def test_multi_head_attention_accepts_the_reference(capsys):
         ({"rows": True}, r"^your padding mask hides rows \(padding queries\)"),
         ({"ignore_mask": True}, r"^your output ignores the attention_mask"),
         ({"project": False}, r"^your output is the concatenated heads without the output"),
+        ({"as_stored": True}, r"^you multiply by the weights as stored, x @ W"),
+        ({"biases": False}, r"^your projections leave out the biases"),
+        ({"interleave_split": True}, r"^your heads are split as \(b, n, d_k, h\)"),
+        ({"interleave_merge": True}, r"^your heads are merged as \(b, n, d_k, h\)"),
+        ({"interleave_split": True, "interleave_merge": True},
+         r"^your heads are split and merged as \(b, n, d_k, h\)"),
+        ({"softmax_dim": -2}, r"^your softmax normalises over the queries"),
+        ({"no_scale": True}, r"^your scores are not scaled"),
+        ({"rows_and_keys": True}, r"^only your \[PAD\] query rows differ"),
+        ({"zero_after": True}, r"^you zero the \[PAD\] keys' weights after the softmax"),
     ],
 )
-def test_multi_head_attention_names_the_mistake(slip, words):
+def test_multi_head_attention_names_the_mistake(slip, words, both_passes):
     def wrong(x, attention_mask, params, n_heads):
         return self_attention(x, attention_mask, params, n_heads, **slip)
 
-    with pytest.raises(CheckFailed, match=words):
-        check_multi_head_attention(wrong)
+    failure = both_passes(check_multi_head_attention, wrong)
+    assert re.search(words, str(failure)) and failure.fix
 
 
 def test_multi_head_attention_shape_and_fallback():
     with pytest.raises(CheckFailed, match=r"^your output has the heads' shape \(b, h, n, d_k\)"):
         check_multi_head_attention(self_attention_heads_shape)
-    with pytest.raises(CheckFailed, match=r"^your output differs from MultiHeadAttention"):
+    with pytest.raises(CheckFailed, match=r"^your output differs from MultiHeadAttention.*"
+                                          r"every query row differs"):
         check_multi_head_attention(self_attention_noisy)
+
+
+def test_multi_head_attention_fallback_says_which_rows(both_passes):
+    def pad_rows_off(x, attention_mask, params, n_heads):  # only the [PAD] queries' rows wrong
+        out = self_attention(x, attention_mask, params, n_heads)
+        return out + 0.5 * (attention_mask == 0)[:, :, None]
+
+    failure = both_passes(check_multi_head_attention, pad_rows_off)
+    assert failure.diagnosis.startswith("only your [PAD] query rows differ") and failure.fix
+
+    def one_row_off(x, attention_mask, params, n_heads):
+        out = self_attention(x, attention_mask, params, n_heads).clone()
+        out[0, 1] += 0.5
+        return out
+
+    def scaled_in_place(x, attention_mask, params, n_heads):  # right output, x changed
+        out = self_attention(x, attention_mask, params, n_heads)
+        x.mul_(2)
+        return out
+
+    assert str(both_passes(check_multi_head_attention, scaled_in_place)).startswith(
+        "your function changed x in place.")
+    failure = both_passes(check_multi_head_attention, one_row_off)
+    assert "1 of 10 query rows differ, the first at (sequence, position) (0, 1)" in str(failure)

@@ -1,5 +1,7 @@
 """Lesson 4's checkers: check_parameter_count, check_layer_norm and check_encoder_block."""
 
+import re
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -19,9 +21,10 @@ from encoderlab.lessons import l04_inspect_stack as inspect_stack
 
 
 def _count(c, *, bias=1, ln=2, pos=True, seg=True, n_att=4, heads=False, d_ff=None,
-           pooler=None, final=None, blocks=None, emb=True):
+           pooler=None, final=None, blocks=None, emb=True, n_segments=None):
     d, f = c.d_model, c.d_ff if d_ff is None else d_ff
-    embeddings = c.vocab_size * d + pos * c.n_max * d + seg * c.n_segments * d + ln * d
+    n_segments = c.n_segments if n_segments is None else n_segments
+    embeddings = c.vocab_size * d + pos * c.n_max * d + seg * n_segments * d + ln * d
     attention = n_att * (d * d + bias * d) * (c.n_heads if heads else 1)
     block = attention + (d * f + bias * f) + (f * d + bias * d) + 2 * ln * d
     has_pooler = c.pooler if pooler is None else pooler
@@ -39,9 +42,10 @@ def _count(c, *, bias=1, ln=2, pos=True, seg=True, n_att=4, heads=False, d_ff=No
         (lambda c: _count(c, pos=False), "left out the position embeddings"),
         (lambda c: _count(c, seg=False), "left out the segment embeddings"),
         (lambda c: _count(c, pos=False, seg=False), "position and segment embeddings"),
+        (lambda c: _count(c, n_segments=2), r"^you assume 2 segments .* config\.n_segments"),
         (lambda c: _count(c, n_att=3), "fourth, W_O"),
         (lambda c: _count(c, heads=True), "multiply the attention parameters by the number"),
-        (lambda c: _count(c, d_ff=4 * c.d_model), "use config.d_ff"),
+        (lambda c: _count(c, d_ff=4 * c.d_model), "assume the MLP is 4d wide"),
         (lambda c: _count(c, pooler=False), "forgot the pooler"),
         (lambda c: _count(c, pooler=True), "even when config.pooler is False"),
         (lambda c: _count(c, final=False), "forgot the final LayerNorm"),
@@ -53,9 +57,8 @@ def _count(c, *, bias=1, ln=2, pos=True, seg=True, n_att=4, heads=False, d_ff=No
         (lambda c: c.hidden_size, "your function raised AttributeError"),
     ],
 )
-def test_parameter_count_names_the_mistake(wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check_parameter_count(wrong)
+def test_parameter_count_names_the_mistake(wrong, words, both_passes):
+    assert re.search(words, str(both_passes(check_parameter_count, wrong)))
 
 
 def test_parameter_count_accepts_the_reference_and_its_variants(capsys):
@@ -70,8 +73,8 @@ def test_an_unknown_count_mistake_points_at_the_part_it_matches():
     def no_embedding_layer_norm(c):  # a mistake with no entry of its own
         return count_parameters(c) - 2 * c.d_model
 
-    with pytest.raises(CheckFailed, match=r"short by 768\..*parameter_breakdown\(config\)"):
-        check_parameter_count(no_embedding_layer_norm)
+    with pytest.raises(CheckFailed, match=r"short by 768\..*\nFix: .*parameter_breakdown"):
+        check_parameter_count(no_embedding_layer_norm, hint=True)
 
     def no_pooler_bias(c):
         return count_parameters(c) - (c.d_model if c.pooler else 0)
@@ -137,13 +140,12 @@ def layer_norm_reference(x, gain, bias, eps):
         (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), eps=e) + b, "never use the gain"),
         (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), eps=e) * g, "never add the bias"),
         (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), g, b, e)[..., :-1],
-         "keep the reduced axis"),
+         "LayerNorm keeps the shape"),
         (lambda x, g, b, e: "normalised", "not a tensor"),
     ],
 )
-def test_layer_norm_names_the_mistake(wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check_layer_norm(wrong)
+def test_layer_norm_names_the_mistake(wrong, words, both_passes):
+    assert re.search(words, str(both_passes(check_layer_norm, wrong)))
 
 
 def test_layer_norm_accepts_the_reference_and_a_hand_written_one():
@@ -171,23 +173,29 @@ def test_layer_norm_fallback_names_nan_and_the_size_of_the_difference():
 
 
 def encoder_block(h, attention_mask, params, n_heads, eps, *, pre=False, add_after_norm=False,
-                  act=F.gelu, attention_residual=True, mlp_residual=True, swap_norms=False):
+                  act=F.gelu, attention_residual=True, mlp_residual=True, swap_norms=False,
+                  padding=True, unbiased=False, fixed_eps=None, mlp_biases=("w_1", "w_2")):
     """A learner's post-LN block from an EncoderBlock state dict; each keyword is one slip."""
     d = h.shape[-1]
     attention = MultiHeadAttention(d, n_heads)
     attention.load_state_dict({k.removeprefix("attention."): t for k, t in params.items()
                                if k.startswith("attention.")})
     first, second = ("norm_2", "norm_1") if swap_norms else ("norm_1", "norm_2")
+    eps = eps if fixed_eps is None else fixed_eps
 
     def ln(x, name):
-        return F.layer_norm(x, (d,), params[f"{name}.weight"], params[f"{name}.bias"], eps)
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=unbiased)
+        return (x - mean) / (var + eps).sqrt() * params[f"{name}.weight"] + params[f"{name}.bias"]
 
     def attend(x):
-        return attention(x, mask=masks.padding(attention_mask))[0]
+        mask = masks.padding(attention_mask) if padding else None
+        return attention(x, mask=mask)[0]
 
     def mlp(x):
-        u = act(F.linear(x, params["mlp.w_1.weight"], params["mlp.w_1.bias"]))
-        return F.linear(u, params["mlp.w_2.weight"], params["mlp.w_2.bias"])
+        bias = {name: params[f"mlp.{name}.bias"] if name in mlp_biases else None
+                for name in ("w_1", "w_2")}
+        u = act(F.linear(x, params["mlp.w_1.weight"], bias["w_1"]))
+        return F.linear(u, params["mlp.w_2.weight"], bias["w_2"])
 
     with torch.no_grad():
         if pre:
@@ -203,17 +211,45 @@ def encoder_block(h, attention_mask, params, n_heads, eps, *, pre=False, add_aft
 
 def test_encoder_block_accepts_the_reference(capsys):
     assert check_encoder_block(encoder_block) is True
-    assert "correct on 4 cases" in capsys.readouterr().out
+    assert "correct on 5 cases" in capsys.readouterr().out
 
+    def with_f_layer_norm(h, attention_mask, params, n_heads, eps):  # (h, None) is accepted
+        d = h.shape[-1]
+        attention = MultiHeadAttention(d, n_heads)
+        attention.load_state_dict({k[len("attention."):]: t for k, t in params.items()
+                                   if k.startswith("attention.")})
+
+        def ln(x, name):
+            return F.layer_norm(x, (d,), params[f"{name}.weight"], params[f"{name}.bias"], eps)
+
+        with torch.no_grad():
+            h = ln(h + attention(h, mask=attention_mask.bool()[:, None, None, :])[0], "norm_1")
+            u = F.gelu(F.linear(h, params["mlp.w_1.weight"], params["mlp.w_1.bias"]))
+            return ln(h + F.linear(u, params["mlp.w_2.weight"], params["mlp.w_2.bias"]),
+                      "norm_2"), None
+
+    assert check_encoder_block(with_f_layer_norm)
+
+
+def test_encoder_block_forbids_the_library_block(both_passes):
     def with_module(h, attention_mask, params, n_heads, eps):  # the library's block, returned
         d = h.shape[-1]
         config = EncoderConfig(vocab_size=8, d_model=d, n_heads=n_heads, n_layers=1, d_ff=4 * d,
                                layer_norm_eps=eps, dropout=0.0)
         block = EncoderBlock(config).eval()
         block.load_state_dict(params)
-        return block(h, mask=masks.padding(attention_mask))  # (h, weights) is accepted
+        return block(h, mask=masks.padding(attention_mask))
 
-    assert check_encoder_block(with_module)
+    def in_place(h, attention_mask, params, n_heads, eps):  # right values, written into h
+        h.copy_(encoder_block(h, attention_mask, params, n_heads, eps))
+        return h
+
+    assert str(both_passes(check_encoder_block, in_place)).startswith(
+        "your function changed h in place.")
+    original = EncoderBlock.forward
+    failure = both_passes(check_encoder_block, with_module)
+    assert str(failure).startswith("you called EncoderBlock(...).forward, which this exercise")
+    assert failure.fix and EncoderBlock.forward is original
 
 
 @pytest.mark.parametrize(
@@ -227,14 +263,22 @@ def test_encoder_block_accepts_the_reference(capsys):
         ({"attention_residual": False}, r"^the attention sub-layer has no residual"),
         ({"mlp_residual": False}, r"^the MLP sub-layer has no residual"),
         ({"swap_norms": True}, r"^your LayerNorms are swapped"),
+        ({"padding": False}, r"^your block ignores the attention_mask"),
+        ({"unbiased": True}, r"^your LayerNorm uses the unbiased variance"),
+        ({"fixed_eps": 1e-5}, r"^your LayerNorms ignore the eps argument"),
+        ({"fixed_eps": 1e-12}, r"^your LayerNorms ignore the eps argument"),
+        ({"mlp_biases": ("w_2",)}, r"^your MLP leaves out the bias of its first layer"),
+        ({"mlp_biases": ("w_1",)}, r"^your MLP leaves out the bias of its second layer"),
+        ({"mlp_biases": ()}, r"^your MLP leaves out its biases"),
+        ({"act": lambda u: u * torch.sigmoid(1.702 * u)}, r"^your MLP uses the sigmoid approx"),
     ],
 )
-def test_encoder_block_names_the_mistake(slip, words):
+def test_encoder_block_names_the_mistake(slip, words, both_passes):
     def wrong(h, attention_mask, params, n_heads, eps):
         return encoder_block(h, attention_mask, params, n_heads, eps, **slip)
 
-    with pytest.raises(CheckFailed, match=words):
-        check_encoder_block(wrong)
+    failure = both_passes(check_encoder_block, wrong)
+    assert re.search(words, str(failure)) and failure.fix
 
 
 def test_encoder_block_shape_and_fallback():

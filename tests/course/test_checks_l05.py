@@ -1,5 +1,7 @@
 """Lesson 5's checkers: check_mlm_corrupt, check_masked_loss and check_fill_mask."""
 
+import re
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -26,7 +28,7 @@ def test_check_mlm_corrupt_accepts_the_reference(capsys):
 
 def _variant(choose_p=0.15, split=(0.8, 0.9), allow_specials=False, allow_padding=False,
              label_mode="original", random_from_all=False, seeded=True, in_place=False,
-             ignore=-100):
+             ignore=-100, random_from="ordinary", random_share_of_rest=None, overlap=False):
     def fn(ids, mask, special_ids, vocab_size, mask_id, generator):
         g = generator if seeded else None
         x = ids if in_place else ids.clone()
@@ -39,11 +41,24 @@ def _variant(choose_p=0.15, split=(0.8, 0.9), allow_specials=False, allow_paddin
             eligible = torch.ones_like(eligible)
         chosen = eligible & (torch.rand(ids.shape, generator=g) < choose_p)
         roll = torch.rand(ids.shape, generator=g)
-        low = 0 if random_from_all else 5
-        rand = torch.randint(low, vocab_size, ids.shape, generator=g)
+        ordinary = torch.tensor([i for i in range(vocab_size) if i not in special_ids])
+        if random_from_all:
+            rand = torch.randint(0, vocab_size, ids.shape, generator=g)
+        elif random_from == "after_count":  # assumes the specials are 0..len - 1
+            rand = torch.randint(len(special_ids), vocab_size, ids.shape, generator=g)
+        elif random_from == "after_max":  # assumes the specials come first
+            rand = torch.randint(max(special_ids) + 1, vocab_size, ids.shape, generator=g)
+        else:
+            rand = ordinary[torch.randint(len(ordinary), ids.shape, generator=g)]
         original = ids.clone()
-        x[chosen & (roll < split[0])] = mask_id
-        r = chosen & (roll >= split[0]) & (roll < split[1])
+        masked = chosen & (roll < split[0])
+        if random_share_of_rest is not None:  # a second draw among the positions left over
+            r = chosen & ~masked & (torch.rand(ids.shape, generator=g) < random_share_of_rest)
+        elif overlap:  # a second, independent draw that may land on a [MASK]
+            r = chosen & (torch.rand(ids.shape, generator=g) < 0.1)
+        else:
+            r = chosen & (roll >= split[0]) & (roll < split[1])
+        x[masked] = mask_id
         x[r] = rand[r]
         source = {"original": original, "corrupted": x}[label_mode]
         labels = source.masked_fill(~chosen, ignore)
@@ -57,7 +72,7 @@ def _variant(choose_p=0.15, split=(0.8, 0.9), allow_specials=False, allow_paddin
         (_variant(split=(1.0, 1.0)), "you replace every chosen token with \\[MASK\\]"),
         (_variant(split=(0.8, 0.8)), "you never put in a random token"),
         (_variant(split=(0.8, 1.0)), "you never leave a chosen token unchanged"),
-        (_variant(split=(0.6, 0.8)), "BERT's split is 80 / 10 / 10. Draw one number"),
+        (_variant(split=(0.6, 0.8)), "BERT's split is 80 / 10 / 10\\.\\n"),
         (_variant(choose_p=0.3), r"you chose 29\.\d% of the 12,590 eligible"),
         (_variant(allow_specials=True), "you chose special tokens"),
         (_variant(allow_padding=True), "you chose padding positions"),
@@ -66,13 +81,19 @@ def _variant(choose_p=0.15, split=(0.8, 0.9), allow_specials=False, allow_paddin
         (_variant(random_from_all=True), "random replacements are special tokens"),
         (_variant(seeded=False), "seeded alike gave different results"),
         (_variant(in_place=True), "changed input_ids in place"),
-        (lambda *a: reference_corrupt(*a)[0], "return the pair"),
-        (lambda ids, *a: (ids.clone(), ids.clone()), "label -100"),
+        (_variant(random_from="after_count"),
+         r"special ids are \(0, 100, 101, 102, 103\).*randint\(len\(special_ids\), vocab_size\)"),
+        (_variant(random_from="after_max"),
+         r"lies below 103.*randint\(max\(special_ids\) \+ 1, vocab_size\)"),
+        (_variant(random_share_of_rest=0.1), r"too few random tokens\. A random token is 10 % of "
+                                             r"all chosen positions, i\.e\. half of the non-"),
+        (_variant(overlap=True), r"too few \[MASK\]s\. Your \[MASK\] and random-token draws"),
+        (lambda *a: reference_corrupt(*a)[0], "not a pair"),
+        (lambda ids, *a: (ids.clone(), ids.clone()), "not chosen carries no loss"),
     ],
 )
-def test_check_mlm_corrupt_names_the_mistake(wrong, message):
-    with pytest.raises(CheckFailed, match=message):
-        check_mlm_corrupt(wrong)
+def test_check_mlm_corrupt_names_the_mistake(wrong, message, both_passes):
+    assert re.search(message, str(both_passes(check_mlm_corrupt, wrong)))
 
 
 def test_check_mlm_corrupt_wants_random_positions():
@@ -106,16 +127,15 @@ def test_check_masked_loss_accepts_the_reference_and_a_hand_version(capsys):
         (lambda lg, lb: F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=-100,
                                         reduction="sum") / lb.numel(), "all b \\* n positions"),
         (lambda lg, lb: F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=-100,
-                                        reduction="sum"), "take their mean"),
+                                        reduction="sum"), "sum the losses .* instead of averaging"),
         (lambda lg, lb: -mlm_loss(lg, lb), "wrong sign"),
         (lambda lg, lb: F.cross_entropy(lg.flatten(0, 1), lb.flatten(), ignore_index=-100,
-                                        reduction="none"), "return one number"),
-        (lambda lg, lb: mlm_loss(lg, lb) * 2, "take -log_softmax at the right token"),
+                                        reduction="none"), "not one number"),
+        (lambda lg, lb: mlm_loss(lg, lb) * 2, "mean cross-entropy over the chosen positions is"),
     ],
 )
-def test_check_masked_loss_names_the_mistake(wrong, message):
-    with pytest.raises(CheckFailed, match=message):
-        check_masked_loss(wrong)
+def test_check_masked_loss_names_the_mistake(wrong, message, both_passes):
+    assert re.search(message, str(both_passes(check_masked_loss, wrong)))
 
 
 def test_check_masked_loss_names_the_per_sequence_mean():
@@ -132,13 +152,23 @@ def test_check_masked_loss_names_the_per_sequence_mean():
 
 
 def fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k, *, exclude=True,
-              after=False, shift=0, pass_mask=True, softmax=True, log=False):
+              after=False, shift=0, pass_mask=True, softmax=True, log=False,
+              only_mask_excluded=False, per_mask=False, column_major=False, least_first=False,
+              shuffled=False, write_back=False):
     """A learner's batched fill-mask; each keyword is one slip."""
     rows, positions = (input_ids == mask_id).nonzero(as_tuple=True)  # row-major
+    if column_major:
+        positions, rows = (input_ids.T == mask_id).nonzero(as_tuple=True)
     with torch.no_grad():
-        logits = model(input_ids, attention_mask) if pass_mask else model(input_ids)
+        if per_mask:  # one forward pass per [MASK]
+            logits = torch.stack([model(input_ids, attention_mask)[r] for r in rows.tolist()])
+            rows = torch.arange(len(rows))
+        else:
+            logits = model(input_ids, attention_mask) if pass_mask else model(input_ids)
     scores = logits[rows, positions + shift].clone()  # (m, V)
-    if exclude and not after:
+    if only_mask_excluded:
+        scores[:, mask_id] = float("-inf")
+    elif exclude and not after:
         scores[:, special_ids] = float("-inf")
     probs = torch.softmax(scores, dim=-1) if softmax else scores
     if log:
@@ -146,6 +176,13 @@ def fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k, *, excl
     if after:
         probs[:, special_ids] = 0.0
     top = probs.topk(k, dim=-1)
+    if write_back:
+        input_ids[rows, positions] = top.indices[:, 0]
+    if least_first:
+        return top.indices.flip(-1), top.values.flip(-1)
+    if shuffled:  # the first two guesses swapped
+        order = torch.tensor([1, 0, *range(2, k)])
+        return top.indices[:, order], top.values[:, order]
     return top.indices, top.values
 
 
@@ -163,7 +200,13 @@ def test_check_fill_mask_accepts_the_reference(capsys):
 @pytest.mark.parametrize(
     "slip, words",
     [
-        ({"exclude": False}, r"^your guesses include special tokens"),
+        ({"exclude": False}, r"^your guesses include the special id\(s\) \[0, 1, 2, 3\]"),
+        ({"only_mask_excluded": True}, r"^your guesses include the special id\(s\) \[0, 1, 2, 3\]"),
+        ({"per_mask": True}, r"^your function ran the model 2 times on one batch"),
+        ({"column_major": True}, r"^your rows are the right guesses for the \[MASK\]s, but in "),
+        ({"least_first": True}, r"^your guesses are the right ones but least probable first"),
+        ({"shuffled": True}, r"^your guesses are the right ones in another order"),
+        ({"write_back": True}, r"^your function changed input_ids in place"),
         ({"after": True}, r"^your probabilities do not sum to 1 over the ordinary tokens"),
         ({"shift": -1}, r"^you read the model's output one position to the left"),
         ({"pass_mask": False}, r"^your guesses change with the padding"),
@@ -171,12 +214,12 @@ def test_check_fill_mask_accepts_the_reference(capsys):
         ({"log": True}, r"^you return log-probabilities"),
     ],
 )
-def test_check_fill_mask_names_the_mistake(slip, words):
+def test_check_fill_mask_names_the_mistake(slip, words, both_passes):
     def wrong(*args):
         return fill_mask(*args, **slip)
 
-    with pytest.raises(CheckFailed, match=words):
-        check_fill_mask(wrong)
+    failure = both_passes(check_fill_mask, wrong)
+    assert re.search(words, str(failure)) and failure.fix
 
 
 def test_check_fill_mask_shapes_and_fallback():
@@ -184,19 +227,19 @@ def test_check_fill_mask_shapes_and_fallback():
         ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
         return ids[:1], probs[:1]
 
-    def reversed_order(model, input_ids, attention_mask, mask_id, special_ids, k):
+    def off_by_one_id(model, input_ids, attention_mask, mask_id, special_ids, k):
         ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
-        return ids.flip(-1), probs.flip(-1)  # least probable first
+        return ids + 1, probs
 
     def rounded(model, input_ids, attention_mask, mask_id, special_ids, k):
         ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
         return ids, probs.round(decimals=2)
 
-    with pytest.raises(CheckFailed, match=r"^your ids and probs have shapes .* one row of k"):
+    with pytest.raises(CheckFailed, match=r"^your ids and probs have shapes .* \(m, k\) = "):
         check_fill_mask(first_mask_only)
     with pytest.raises(CheckFailed, match=r"^your top-k ids differ from the reference on case"):
-        check_fill_mask(reversed_order)
+        check_fill_mask(off_by_one_id)
     with pytest.raises(CheckFailed, match=r"^your ids are right but your probabilities differ"):
         check_fill_mask(rounded)
-    with pytest.raises(CheckFailed, match=r"return the pair \(ids, probs\)"):
-        check_fill_mask(lambda *args: fill_mask(*args)[0])
+    with pytest.raises(CheckFailed, match=r"\nFix: return \(ids, probs\)"):
+        check_fill_mask(lambda *args: fill_mask(*args)[0], hint=True)

@@ -1,6 +1,8 @@
 """Lesson 7's checkers: check_bio_to_spans, check_entity_f1, check_best_span and
 check_window_span."""
 
+import re
+
 import pytest
 import torch
 
@@ -16,7 +18,7 @@ from encoderlab.lessons import l07_finetune as ft
 # --- Checkers -----------------------------------------------------------------------------------
 
 
-def test_check_bio_to_spans_accepts_the_reference_and_names_mistakes():
+def test_check_bio_to_spans_accepts_the_reference_and_names_mistakes(both_passes):
     assert check_bio_to_spans(ft.bio_to_spans)
 
     def exclusive_end(tags):
@@ -25,15 +27,13 @@ def test_check_bio_to_spans_accepts_the_reference_and_names_mistakes():
     def strict(tags):  # drops an I- that follows O
         return [s for s in ft.bio_to_spans(tags) if tags[s[1]].startswith("B-")]
 
-    with pytest.raises(CheckFailed, match="end \\*inclusive\\*"):
-        check_bio_to_spans(exclusive_end)
-    with pytest.raises(CheckFailed, match="I-X that follows O"):
-        check_bio_to_spans(strict)
-    with pytest.raises(CheckFailed, match="list of \\(type, start, end\\) tuples"):
+    assert re.search("end \\*inclusive\\*", str(both_passes(check_bio_to_spans, exclusive_end)))
+    assert re.search("I-X that follows O", str(both_passes(check_bio_to_spans, strict)))
+    with pytest.raises(CheckFailed, match="not a list of spans"):
         check_bio_to_spans(lambda tags: 3)
 
 
-def test_check_entity_f1_accepts_the_reference_and_names_mistakes():
+def test_check_entity_f1_accepts_the_reference_and_names_mistakes(both_passes):
     assert check_entity_f1(lambda g, p: ft.entity_scores(g, p)["f1"])
     assert check_entity_f1(ft.entity_scores)  # a dict with "f1" is accepted too
 
@@ -52,24 +52,21 @@ def test_check_entity_f1_accepts_the_reference_and_names_mistakes():
         scores = [s["f1"] for s in scores if s["n_gold"] or s["n_predicted"]]
         return sum(scores) / len(scores)
 
-    with pytest.raises(CheckFailed, match="ignore the entity type"):
-        check_entity_f1(untyped)
-    with pytest.raises(CheckFailed, match="average an F1 per sentence"):
-        check_entity_f1(per_sentence)
-    with pytest.raises(CheckFailed, match="not a percentage"):
+    assert re.search("ignore the entity type", str(both_passes(check_entity_f1, untyped)))
+    assert re.search("average an F1 per sentence", str(both_passes(check_entity_f1, per_sentence)))
+    with pytest.raises(CheckFailed, match="larger than 1: a percentage"):
         check_entity_f1(lambda g, p: 100 * ft.entity_scores(g, p)["f1"])
 
     def token_accuracy(gold, pred):  # every tag compared, O included
         pairs = [(a, b) for g, p in zip(gold, pred) for a, b in zip(g, p)]
         return sum(a == b for a, b in pairs) / len(pairs)
 
-    with pytest.raises(CheckFailed, match="this is token accuracy"):
-        check_entity_f1(token_accuracy)
+    assert re.search("this is token accuracy", str(both_passes(check_entity_f1, token_accuracy)))
     with pytest.raises(CheckFailed, match="count by hand"):  # a mistake with no name
-        check_entity_f1(lambda g, p: 0.5)
+        check_entity_f1(lambda g, p: 0.5, hint=True)
 
 
-def test_check_best_span_accepts_the_reference_and_names_mistakes():
+def test_check_best_span_accepts_the_reference_and_names_mistakes(both_passes):
     def reference(s, e, context, max_tokens):
         i, j, _ = ft.best_span(s[None], e[None], context[None], max_tokens)
         return int(i), int(j)
@@ -82,11 +79,10 @@ def test_check_best_span_accepts_the_reference_and_names_mistakes():
         return reference(s, e, torch.ones_like(context), max_tokens)
 
     assert check_best_span(reference)
-    with pytest.raises(CheckFailed, match="best start and the best end separately"):
-        check_best_span(separately)
-    with pytest.raises(CheckFailed, match="outside the context"):
-        check_best_span(anywhere)
-    with pytest.raises(CheckFailed, match="return two ints"):
+    assert re.search("best start and the best end separately",
+                     str(both_passes(check_best_span, separately)))
+    assert re.search("outside the context", str(both_passes(check_best_span, anywhere)))
+    with pytest.raises(CheckFailed, match="not a pair"):
         check_best_span(lambda s, e, c, m: 0)
 
 
@@ -117,8 +113,8 @@ def test_check_window_span_loops_written_by_hand_pass():
 
 
 @pytest.mark.parametrize("switch, message", [
-    ({"offset": False}, "add the window's offset"),
-    ({"shift": False}, "subtract context_start"),
+    ({"offset": False}, "those of the window, not of the context"),
+    ({"shift": False}, "count the \\[CLS\\], question and \\[SEP\\] tokens"),
     ({"use_null": False}, "never answer 'no answer'"),
     ({"first": True}, "only the first window"),
     ({"ordered": False}, "end before it starts"),
@@ -126,19 +122,21 @@ def test_check_window_span_loops_written_by_hand_pass():
     ({"context_only": False}, "start or end on \\[CLS\\] or the question"),
     ({"null": "window"}, "null score of the window where the best span is"),
     ({"null": "max"}, "largest null score"),
+    ({"trailing_sep": True}, "on the \\[SEP\\] after the window's context"),
+    ({"tie_answers": True}, "a tie is 'no answer'"),
+    ({"own_margin": True}, "beats its own null score by the most"),
 ])
-def test_check_window_span_names_each_mistake(switch, message):
+def test_check_window_span_names_each_mistake(switch, message, both_passes):
     from encoderlab.course.checks.l07 import _window_variant
 
     def wrong(*case):
         return _window_variant(*case, **switch)
 
-    with pytest.raises(CheckFailed, match=message):
-        check_window_span(wrong)
+    assert re.search(message, str(both_passes(check_window_span, wrong)))
 
 
 def test_check_window_span_rejects_unusable_answers_and_unknown_mistakes():
-    with pytest.raises(CheckFailed, match="or None for no answer"):
+    with pytest.raises(CheckFailed, match="neither a pair nor None"):
         check_window_span(lambda s, e, o, c, lengths, m: "none")
     with pytest.raises(CheckFailed, match="the right answer is"):
         check_window_span(lambda s, e, o, c, lengths, m: (0, 0))

@@ -1,6 +1,7 @@
-"""Lesson 9's checker: check_online_softmax."""
+"""Lesson 9's checkers: check_online_softmax and check_tiled_backward."""
 
 import math
+import re
 from functools import partial
 
 import pytest
@@ -8,7 +9,12 @@ import torch
 from torch.nn import functional as F
 
 from encoderlab.course import checks
-from encoderlab.course.checks.l09 import FULL_ROW_SOFTMAX, _online_variant
+from encoderlab.course.checks.l09 import (
+    FULL_MATRIX,
+    FULL_ROW_SOFTMAX,
+    _backward_variant,
+    _online_variant,
+)
 
 # --- the online-softmax checker ------------------------------------------------------------------
 
@@ -99,9 +105,8 @@ def test_check_online_softmax_accepts_other_correct_ways_to_chunk(answer):
         ("drop_last", "skips the last chunk when it is shorter"),
     ],
 )
-def test_check_online_softmax_names_the_learners_mistake(bug, message):
-    with pytest.raises(checks.CheckFailed, match=message):
-        checks.check_online_softmax(_learner(bug))
+def test_check_online_softmax_names_the_learners_mistake(bug, message, both_passes):
+    assert re.search(message, str(both_passes(checks.check_online_softmax, _learner(bug))))
 
 
 @pytest.mark.parametrize(
@@ -113,10 +118,9 @@ def test_check_online_softmax_names_the_learners_mistake(bug, message):
         ({"track_max": False}, "do not subtract a running max"),
     ],
 )
-def test_check_online_softmax_names_the_mistake(mistake, message):
+def test_check_online_softmax_names_the_mistake(mistake, message, both_passes):
     wrong = partial(_online_variant, **mistake)
-    with pytest.raises(checks.CheckFailed, match=message):
-        checks.check_online_softmax(wrong)
+    assert re.search(message, str(both_passes(checks.check_online_softmax, wrong)))
 
 
 def _global_max_first(s, v, chunk_size):
@@ -209,3 +213,143 @@ def test_check_online_softmax_reports_shape_and_errors():
         checks.check_online_softmax(lambda s, v, c: (_ for _ in ()).throw(NotImplementedError()))
     with pytest.raises(checks.CheckFailed, match="differs from softmax"):
         checks.check_online_softmax(lambda s, v, c: _reference_online(s, v, c) + 0.1)
+
+
+# --- the tiled-backward checker ------------------------------------------------------------------
+
+
+def _reference_backward(q, k, v, out, lse, grad_out, block_size):
+    """The tiled backward pass a learner writes: key tiles outside, query tiles inside."""
+    n, d = q.shape
+    scale = 1 / math.sqrt(d)
+    d_row = (grad_out * out).sum(dim=-1, keepdim=True)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for c in range(0, n, block_size):
+        k_j, v_j = k[c : c + block_size], v[c : c + block_size]
+        for r in range(0, n, block_size):
+            q_i, do_i = q[r : r + block_size], grad_out[r : r + block_size]
+            p = torch.exp(q_i @ k_j.T * scale - lse[r : r + block_size, None])
+            dv[c : c + block_size] += p.T @ do_i
+            ds = p * (do_i @ v_j.T - d_row[r : r + block_size])
+            dq[r : r + block_size] += ds @ k_j * scale
+            dk[c : c + block_size] += ds.T @ q_i * scale
+    return dq, dk, dv
+
+
+def _dense_backward(q, k, v, out, lse, grad_out, block_size):
+    """Right numbers, by autograd through the whole n x n matrix: what the exercise forbids."""
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    o = torch.softmax(q @ k.T / math.sqrt(q.shape[1]), dim=-1) @ v
+    return torch.autograd.grad(o, (q, k, v), grad_out)
+
+
+def test_check_tiled_backward_accepts_the_reference(capsys):
+    assert checks.check_tiled_backward(_reference_backward)
+    assert "correct on 5 cases" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("mistake", "message"),
+    [
+        ({"use_d": False}, "leaves out the D term"),
+        ({"tile_d": True}, "summed over one key tile only"),
+        ({"normalise": False}, "P is not normalised"),
+        ({"lse_per_row": False}, "subtracts L along the wrong axis"),
+        ({"scale_grads": False}, "miss the scale 1/sqrt"),
+        ({"scale_s": False}, "leaves the scores unscaled"),
+        ({"ds_sign": -1.0}, "dS has the wrong sign"),
+        ({"transpose_dv": False}, r"shapes cannot be multiplied.*a missing transpose"),
+        ({"transpose_dk": False}, r"shapes cannot be multiplied.*a missing transpose"),
+    ],
+)
+def test_check_tiled_backward_names_each_mistake(mistake, message, both_passes):
+    wrong = partial(_backward_variant, **mistake)
+    assert re.search(message, str(both_passes(checks.check_tiled_backward, wrong)))
+
+
+def test_check_tiled_backward_names_a_float32_learners_mistake():
+    def no_d(q, k, v, out, lse, grad_out, block_size):  # the reference with D = 0, float32
+        return _reference_backward(q, k, v, out * 0, lse, grad_out, block_size)
+
+    with pytest.raises(checks.CheckFailed, match="leaves out the D term"):
+        checks.check_tiled_backward(no_d)
+
+
+def test_check_tiled_backward_allows_row_strips_but_not_the_square():
+    def strips(q, k, v, out, lse, grad_out, block_size):  # P one (B, n) strip at a time
+        n, d = q.shape
+        d_row = (grad_out * out).sum(dim=-1, keepdim=True)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for r in range(0, n, block_size):
+            q_i, do_i = q[r : r + block_size], grad_out[r : r + block_size]
+            p = torch.exp(q_i @ k.T / math.sqrt(d) - lse[r : r + block_size, None])
+            ds = p * (do_i @ v.T - d_row[r : r + block_size])
+            dv += p.T @ do_i
+            dq[r : r + block_size] = ds @ k / math.sqrt(d)
+            dk += ds.T @ q_i / math.sqrt(d)
+        return dq, dk, dv
+
+    assert checks.check_tiled_backward(strips)
+
+
+def test_check_tiled_backward_refuses_the_full_matrix():
+    with pytest.raises(checks.CheckFailed, match=FULL_MATRIX) as error:
+        checks.check_tiled_backward(_dense_backward)
+    assert "(8, 8)" in str(error.value) and "n=8," in str(error.value)  # the first case
+
+
+def test_check_tiled_backward_refuses_the_matrix_even_when_an_error_is_swallowed():
+    def hides(q, k, v, out, lse, grad_out, block_size):
+        try:
+            _ = q @ k.T  # the full score matrix, then an error that a try swallows
+            raise RuntimeError("oops")
+        except RuntimeError:
+            pass
+        return _reference_backward(q, k, v, out, lse, grad_out, block_size)
+
+    with pytest.raises(checks.CheckFailed, match=FULL_MATRIX):
+        checks.check_tiled_backward(hides)
+
+
+def test_check_tiled_backward_reports_shape_and_type_and_falls_back():
+    with pytest.raises(checks.CheckFailed, match="not three gradients"):
+        checks.check_tiled_backward(lambda *a: _reference_backward(*a)[0])
+    with pytest.raises(checks.CheckFailed, match="\nFix: return a tuple"):
+        checks.check_tiled_backward(lambda *a: _reference_backward(*a)[0], hint=True)
+    with pytest.raises(checks.CheckFailed, match="your dk has shape"):
+        checks.check_tiled_backward(
+            lambda *a: (lambda g: (g[0], g[1].T, g[2]))(_reference_backward(*a)))
+    with pytest.raises(checks.CheckFailed, match=r"differ from autograd.*dV by up to"):
+        checks.check_tiled_backward(
+            lambda *a: (lambda g: (g[0], g[1], g[2] * 2))(_reference_backward(*a)))
+
+
+def test_check_tiled_backward_sees_the_matrix_inside_a_fused_kernel():
+    def fused(q, k, v, out, lse, grad_out, block_size):
+        q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+        o = F.scaled_dot_product_attention(q[None], k[None], v[None])[0]  # n x n inside
+        return torch.autograd.grad(o, (q, k, v), grad_out)
+
+    with pytest.raises(checks.CheckFailed, match=FULL_MATRIX):
+        checks.check_tiled_backward(fused)
+
+
+def test_check_tiled_backward_falls_back_on_p_when_dv_is_wrong(both_passes):
+    def p_scaled_by_1_over_d(q, k, v, out, lse, grad_out, block_size):  # 1/d, not 1/sqrt(d)
+        d = q.shape[1]
+        return _reference_backward(q / math.sqrt(d), k, v, out, lse, grad_out, block_size)
+
+    failure = both_passes(checks.check_tiled_backward, p_scaled_by_1_over_d)
+    assert re.search(r"dV by up to.*your P differs from the forward's", str(failure))
+    assert "S_ij = Q_i K_j^T / sqrt(d)" in failure.fix
+
+
+def test_check_tiled_backward_falls_back_on_ds_when_dv_is_right(both_passes):
+    def dq_doubled(q, k, v, out, lse, grad_out, block_size):  # dV and dK right, dQ not
+        dq, dk, dv = _reference_backward(q, k, v, out, lse, grad_out, block_size)
+        return dq * 2, dk, dv
+
+    failure = both_passes(checks.check_tiled_backward, dq_doubled)
+    assert "dV by up to" not in str(failure)
+    assert re.search(r"dQ by up to.*dV is right, so P is right", str(failure))
+    assert "dS = P * (dP - D)" in failure.fix

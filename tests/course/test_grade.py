@@ -112,6 +112,7 @@ def test_one_wrong_answer_loses_exactly_that_exercise(exercises_3, tmp_path):
     }
     causal = next(r for r in report.results if r.label == "l3-ex-causal")
     assert causal.message.startswith("your mask is upper-triangular")  # the checker's words
+    assert "hint=True" not in causal.message and "torch.tril" not in causal.message  # no fix
     assert (report.score, report.possible) == (3, 4)
 
 
@@ -246,6 +247,15 @@ def test_a_notebook_without_exercises_needs_no_kernel(tmp_path):
     assert report.problem == "no exercises found (no :::{exercise} with a :label:)"
     assert grade.format_report(report).endswith("  no exercises found (no :::{exercise} with a "
                                                  ":label:)")
+
+
+def test_the_report_keeps_a_checks_diagnosis_without_its_fix():
+    diagnosis = "your mask hides the diagonal, but a token may attend to itself."
+    first = f"{diagnosis}\nStuck? check_causal_mask(my_causal_mask, hint=True) shows the fix."
+    second = f"{diagnosis}\nFix: keep every j <= i: torch.tril with diagonal=0."
+    assert grade._describe(("CheckFailed", first)) == diagnosis
+    assert grade._describe(("CheckFailed", second)) == diagnosis  # an edited check cell
+    assert grade._describe(("ValueError", "bad\nvalue")) == "ValueError: bad value"
 
 
 @pytest.mark.parametrize("argv", [[], ["x.ipynb", "--timeout", "0"],

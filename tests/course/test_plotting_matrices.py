@@ -101,7 +101,10 @@ def test_attention_heads_draws_one_panel_per_head_on_one_scale():
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.images]
     assert len(panels) == 6
     assert {ax.images[0].get_clim() for ax in panels} == {(0.0, float(a.max()))}
-    assert sum(not ax.get_visible() for ax in fig.axes) == 2  # the empty slots of a 2 x 4 grid
+    # ncols=4 is cut to the 3 panels of at least 1.5 in that the column holds: a full 2 x 3 grid
+    assert sum(not ax.get_visible() for ax in fig.axes) == 0
+    fig = plotting.attention_heads(torch.softmax(torch.randn(7, 5, 5), dim=-1), ncols=3)
+    assert sum(not ax.get_visible() for ax in fig.axes) == 2  # the empty slots of a 3 x 3 grid
     with pytest.raises(ValueError, match=r"shape \(h, n, n\)"):
         plotting.attention_heads(torch.rand(2, 3, 4, 4))
     with pytest.raises(ValueError, match="6 heads but 2 titles"):

@@ -1,5 +1,7 @@
 """Lesson 2, §3: the WordPiece and BPE trainers, on a toy corpus worked out by hand."""
 
+import math
+
 import pytest
 
 from encoderlab import data
@@ -30,8 +32,8 @@ def test_wordpiece_merges_by_hand():
     # 2: now every pair scores 1/36; the smallest pair wins the tie: ('##u', '##g').
     # 3: ##u ##n, b ##u and ##u ##gs all score 1/21 (h ##ug 10/225 is less); smallest: ##u ##gs.
     expected = [("##g", "##s"), ("##u", "##g"), ("##u", "##gs")]
-    assert lv.train_merges_plain(TOY, 3, "likelihood") == expected
-    assert lv.train_merges(TOY, 3, "likelihood") == expected
+    assert lv.train_merges_plain(TOY, 3, "ratio") == expected
+    assert lv.train_merges(TOY, 3, "ratio") == expected
 
 
 def test_bpe_merges_by_hand():
@@ -39,6 +41,39 @@ def test_bpe_merges_by_hand():
     expected = [("##u", "##g"), ("##u", "##n"), ("h", "##ug")]
     assert lv.train_merges_plain(TOY, 3, "frequency") == expected
     assert lv.train_merges(TOY, 3, "frequency") == expected
+
+
+def test_gain_by_hand():
+    # N = 113 symbols. The gain n log(n N / (count(a) count(b))) of ##u ##g is 20 log(113/36);
+    # ##g ##s, the ratio's first choice, gains only 5 log(565/100); p ##u gains 17 log(113/36).
+    assert lv.pair_score(20, 36, 20, 113, "gain") == pytest.approx(20 * math.log(113 / 36))
+    assert lv.pair_score(5, 20, 5, 113, "gain") == pytest.approx(5 * math.log(5.65))
+    assert lv.pair_score(5, 20, 5, 113, "ratio") == 1 / 20
+    assert lv.pair_score(5, 20, 5, 113, "frequency") == 5
+    splits = {w: lv.split_word(w) for w in TOY}
+    symbols, pairs = lv.count_symbols_and_pairs(splits, TOY)
+    assert lv.best_pair(pairs, symbols, "gain") == ("##u", "##g")
+    assert lv.best_pair(pairs, symbols, "ratio") == ("##g", "##s")
+    expected = [("##u", "##g"), ("##u", "##n"), ("h", "##ug")]  # here the same as BPE's
+    assert lv.train_merges_plain(TOY, 3, "gain") == expected
+    assert lv.train_merges(TOY, 3, "gain") == expected
+    gain = lv.train_vocabulary(TOY, 7 + 3, "gain")
+    assert gain.split("hugs") == ["hug", "##s"]  # applied by greedy longest-match
+    assert gain.split("pugs") == ["p", "##ug", "##s"]
+
+
+def test_ratio_ties_are_exact():
+    # count(b ##y) / (count(b) count(##y)) = 1/3; count(a ##z) / (count(a) count(##z)) is the
+    # float nearest 1/3, n / 2**54, a hair less. As floats they tie and the smaller pair,
+    # ("a", "##z"), would win; compared exactly, ("b", "##y") has the higher score. (Counts far
+    # larger than any corpus here; the exact comparison makes the rule hold for every count.)
+    n = 6004799503160661
+    symbols = {"a": 2**27, "##z": 2**27, "b": 1, "##y": 3}
+    pairs = {("a", "##z"): n, ("b", "##y"): 1}
+    assert n / 2**54 == 1 / 3 and n * 3 != 2**54
+    assert lv.best_pair(pairs, symbols, "ratio") == ("b", "##y")
+    pairs[("a", "##z")] = n + 1  # now a ##z is the higher: exact comparison follows
+    assert lv.best_pair(pairs, symbols, "ratio") == ("a", "##z")
 
 
 def test_stops_when_nothing_is_left():
@@ -53,7 +88,7 @@ def test_fast_loop_makes_the_plain_loops_merges(score):
 
 
 def test_vocabulary_and_its_application():
-    wp = lv.train_vocabulary(TOY, 7 + 3, "likelihood")
+    wp = lv.train_vocabulary(TOY, 7 + 3, "ratio")
     assert wp.pieces == ["##g", "##n", "##s", "##u", "b", "h", "p", "##gs", "##ug", "##ugs"]
     assert wp.split("hugs") == ["h", "##ugs"]  # greedy longest-match
     assert wp.split("hux") == ["[UNK]"]
@@ -79,6 +114,6 @@ def test_min_count_keeps_rare_pairs_out():
     # smallest pair wins: ##u ##g. Then ##u ##n scores 16/(16·16) = 1/16, above h ##ug's
     # 15/(15·20) = 1/20 and p ##u's 12/(17·16); p ##ug (5) and ##ug ##s (5) are too rare.
     expected = [("##u", "##g"), ("##u", "##n")]
-    assert lv.train_merges_plain(TOY, 2, "likelihood", min_count=6) == expected
-    assert lv.train_merges(TOY, 2, "likelihood", min_count=6) == expected
+    assert lv.train_merges_plain(TOY, 2, "ratio", min_count=6) == expected
+    assert lv.train_merges(TOY, 2, "ratio", min_count=6) == expected
     assert lv.train_merges(TOY, 50, "frequency", min_count=30) == []  # no pair is that common

@@ -63,3 +63,25 @@ def test_the_committed_sweep_is_registered_small_and_complete():
         assert run["eval_steps"][-1] == sweep.SWEEP_STEPS
         assert run["train_loss"].shape == (sweep.SWEEP_STEPS,)
         assert run["eval_loss"][-1] < run["eval_loss"][0]  # every run learned something
+
+
+def test_paired_t_is_the_mean_over_its_standard_error():
+    mean, sd, t = sweep.paired_t([-0.01, -0.03, -0.03])
+    assert mean == pytest.approx(-0.07 / 3)
+    assert t == pytest.approx(mean / (sd / math.sqrt(3)))
+    assert abs(t) < 4.303  # three seeds: not established at the 5 % level
+
+
+def test_training_flops_grow_with_the_masking_rate_by_the_output_layer_only():
+    from types import SimpleNamespace
+
+    vocab = SimpleNamespace(size=50, special_ids=(0, 1, 2, 3, 4))
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 50, (40, 12), generator=g)
+    ids[:, 0], ids[:, -1] = 2, 3
+    am = torch.ones_like(ids)
+    flops = sweep.training_flops(vocab, ids, am, (0.15, 0.40), steps=3)
+    low, high = flops[0.15], flops[0.40]
+    ordinary = 3 * sweep.BATCH_SIZE * 10  # three full batches of 10 ordinary tokens a row
+    head = 3 * 2 * sweep.SWEEP_SIZES["d_model"] * vocab.size  # per scored position, training
+    assert high - low == pytest.approx(head * (0.40 - 0.15) * ordinary)

@@ -474,3 +474,36 @@ def test_untrained_encoder_is_the_step_zero_model():
     _, vocab = C.corpus_and_vocab()
     a, b = C.untrained_encoder(vocab), C.untrained_encoder(vocab)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+# --- Baselines without context (§3, §6) ----------------------------------------------------------
+
+
+def test_unigram_table_counts_ordinary_tokens_and_gives_specials_nothing():
+    ids = torch.tensor([[2, 5, 5, 6, 3, 0], [2, 5, 7, 3, 0, 0]])
+    am = (ids != 0).long()
+    table = P.unigram_table(ids, am, special_ids=(0, 1, 2, 3, 4), vocab_size=8, smoothing=0.0)
+    assert table.sum().item() == pytest.approx(1.0)
+    assert table[[0, 1, 2, 3, 4]].sum().item() == 0.0
+    assert table[5].item() == pytest.approx(3 / 5) and table[6].item() == pytest.approx(1 / 5)
+    smoothed = P.unigram_table(ids, am, (0, 1, 2, 3, 4), 8, smoothing=1.0)
+    assert smoothed[[0, 1, 2, 3, 4]].sum().item() == 0.0 and smoothed[7].item() > 0
+
+
+def test_unigram_scores_are_cross_entropy_and_top1_of_one_fixed_guess():
+    table = torch.tensor([0.0, 0.5, 0.25, 0.25], dtype=torch.float64)
+    loss, top1 = P.unigram_scores(table, torch.tensor([1, 1, 2, 3]))
+    assert loss == pytest.approx(-(2 * math.log(0.5) + 2 * math.log(0.25)) / 4)
+    assert top1 == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="no targets"):
+        P.unigram_scores(table, torch.tensor([], dtype=torch.long))
+
+
+def test_continuation_guess_accuracy_always_answers_the_most_frequent_piece():
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "run", "##s", "##ing", "walk"]
+    special = (0, 1, 2, 3, 4)
+    train = torch.tensor([[2, 5, 6, 8, 6, 3], [2, 5, 7, 8, 6, 3]])  # ##s three times, ##ing once
+    test = torch.tensor([[2, 5, 6, 8, 7, 3]])  # one ##s, one ##ing
+    guess, accuracy = P.continuation_guess_accuracy(train, torch.ones_like(train), test,
+                                                    torch.ones_like(test), tokens, special)
+    assert tokens[guess] == "##s" and accuracy == pytest.approx(0.5)

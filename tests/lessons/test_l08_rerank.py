@@ -3,12 +3,16 @@ top k, and the committed l8-rerank artefact."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from encoderlab.course.train import artefact_path, load_artefact
 from encoderlab.encoder import EncoderConfig, EncoderModel
+from encoderlab.lessons import l08_contrastive as contrastive
 from encoderlab.lessons import l08_rerank as rerank
+from encoderlab.lessons.l08_retrieval import in_batch_negatives_loss
 
 
 def test_hard_negatives_are_the_highest_wrong_passages():
@@ -75,10 +79,191 @@ def test_pair_scorer_ignores_padding_and_learns():
     assert sum(history[-5:]) / 5 < sum(history[:5]) / 5
 
 
+def test_pair_scorer_gain_multiplies_the_output_and_can_be_folded_into_the_layer():
+    torch.manual_seed(0)
+    config = EncoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, n_max=32,
+                           dropout=0.0)
+    model = EncoderModel(config).eval()
+    hidden, mask = torch.randn(3, 5, 16), torch.ones(3, 5, dtype=torch.long)
+    plain = rerank.PairScorer(model.blocks[-1], config.d_model, pooling="mean").eval()
+    gained = rerank.PairScorer(model.blocks[-1], config.d_model, pooling="mean", gain=30.0).eval()
+    gained.load_state_dict(plain.state_dict())
+    assert torch.allclose(gained(hidden, mask), 30 * plain(hidden, mask), atol=1e-5)
+    with torch.no_grad():  # what the recipe saves: the gain folded into the layer
+        plain.score.weight.mul_(30.0)
+        plain.score.bias.mul_(30.0)
+    assert torch.allclose(plain(hidden, mask), gained(hidden, mask), atol=1e-4)
+
+
+def test_rerank_splits_share_no_query_and_no_8_word_span():
+    fit, val, test = rerank.rerank_splits()
+    assert len(fit) > 500 and len(val) > 30 and len(test) > 40
+    sets = [{a for a, _ in part} for part in (fit, val, test)]
+    assert not (sets[0] & sets[1]) and not (sets[0] & sets[2]) and not (sets[1] & sets[2])
+    train_pairs, held = contrastive.split_pairs()
+    assert test == held  # the held-out pairs of §5
+    assert set(fit) | set(val) <= set(train_pairs) and len(fit) + len(val) <= len(train_pairs)
+
+
+def test_mine_negatives_skips_the_positive_its_text_and_its_paraphrases():
+    g = torch.Generator().manual_seed(0)
+    n_q, n_p = 6, 40
+    passages = torch.nn.functional.normalize(torch.randn(n_p, 8, generator=g), dim=-1)
+    passages[7] = passages[0]  # passage 7 is a paraphrase of passage 0 (cosine 1)
+    scores = torch.randn(n_q, n_p, generator=g)
+    scores[0, 7] = 10.0  # ... and query 0's bi-encoder ranks it high: rank 5 below
+    scores[0, :6] = torch.tensor([20.0, 19, 18, 17, 0, 0])
+    same_text = [[False] * n_p for _ in range(n_q)]
+    same_text[1][9] = True  # passage 9 has query 1's positive text
+    scores[1, 9] = 30.0
+    negatives = contrastive.mine_negatives(scores, passages, torch.arange(n_q), n=3,
+                                           rank_from=5, rank_to=20, max_cos=0.9,
+                                           same_text=same_text, seed=0)
+    assert negatives.shape == (n_q, 3)
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices
+    for i, row in enumerate(negatives.tolist()):
+        assert i not in row and len(set(row)) == 3  # never the positive, no repeats
+        allowed = set(order[i, 4:20].tolist())  # ranks 5..20
+        assert set(row) <= allowed
+    assert 7 not in negatives[0].tolist()  # the paraphrase is not a negative
+    assert 9 not in negatives[1].tolist()  # nor the positive's own text
+    # ranks 1-4 are left out even though they are the hardest
+    assert not set(negatives[0].tolist()) & {1, 2, 3}
+    again = contrastive.mine_negatives(scores, passages, torch.arange(n_q), n=3, rank_from=5,
+                                       rank_to=20, same_text=same_text, seed=0)
+    assert torch.equal(again, negatives)  # seeded
+    with pytest.raises(ValueError, match="widen the ranks"):
+        contrastive.mine_negatives(scores, passages, torch.arange(n_q), n=3, rank_from=5,
+                                   rank_to=7)
+
+
+def test_hard_negative_loss():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
+    # each row's hard negative a copy of its partner: every column appears twice, + ln 2
+    doubled = contrastive.hard_negative_loss(a, b, b.clone(), scale=20.0)
+    assert torch.allclose(doubled, in_batch_negatives_loss(a, b, scale=20.0) + torch.log(
+        torch.tensor(2.0)), atol=1e-5)
+    # far-away negatives change nothing
+    far = contrastive.hard_negative_loss(a, a, -a, scale=20.0)
+    assert torch.allclose(far, in_batch_negatives_loss(a, a, scale=20.0), atol=1e-4)
+    with pytest.raises(ValueError, match="same shape"):
+        contrastive.hard_negative_loss(a, b, b[:4])
+
+
+def _tiny():
+    torch.manual_seed(0)
+    config = EncoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, n_max=32,
+                           dropout=0.0)
+    return EncoderModel(config).eval()
+
+
+def test_contrastive_hard_run_lowers_the_loss_on_a_tiny_batch():
+    model = _tiny()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 50, (16, 6), generator=g)
+    mask = torch.ones_like(ids)
+    mask[::2, 4:] = 0
+    with torch.no_grad():
+        h = model(ids, attention_mask=mask).hidden_states[-2]
+    data = contrastive.ContrastiveData(h, mask, h.flip(1) * 0.5 + h, mask, held_out=[],
+                                       train_pairs=16)
+    negatives = h.roll(1, dims=0)  # another row's states as each row's hard negative
+    history = contrastive.contrastive_hard_run(model.blocks[-1], data, negatives,
+                                               mask.roll(1, dims=0), steps=30, batch_size=8,
+                                               lr=3e-3, progress=False)
+    assert len(history) == 30 and sum(history[-5:]) < sum(history[:5])
+
+
+def test_rerank_run_calls_the_validation_once_per_epoch_in_eval_mode():
+    model = _tiny()
+    scorer = rerank.PairScorer(model.blocks[-1], 16, pooling="mean")
+    calls = []
+    data = torch.randn(24, 6, 16, generator=torch.Generator().manual_seed(1))
+    # 8 groups of 3, 4 per step: 2 steps an epoch, 6 steps = 3 epochs
+    history = rerank.rerank_run(scorer, data, torch.ones(24, 6, dtype=torch.long), group_size=3,
+                                steps=6, groups=4, lr=1e-2, progress=False,
+                                schedule=rerank.warmup_then_decay(6, 0.1),
+                                on_epoch=lambda e: calls.append((e, scorer.training)))
+    assert len(history) == 6 and calls == [(1, False), (2, False), (3, False)]
+
+
+def test_warmup_then_decay():
+    schedule = rerank.warmup_then_decay(10, 0.2)
+    assert [schedule(s) for s in range(10)] == pytest.approx(
+        [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125])
+    with pytest.raises(ValueError, match="warmup"):
+        rerank.warmup_then_decay(10, 1.0)
+
+
+def test_the_recipes_are_registered():
+    from encoderlab.course.train import recipes
+
+    names = recipes()
+    assert {"l8-rerank", "l8-contrastive", "l8-contrastive-hard"} <= set(names)
+    assert contrastive.CONTRASTIVE_HARD["steps"] == contrastive.CONTRASTIVE["steps"]
+    assert {k: contrastive.CONTRASTIVE_HARD[k] for k in contrastive.CONTRASTIVE} == \
+        contrastive.CONTRASTIVE  # the hard-negative run changes only its negatives
+
+
 @pytest.mark.skipif(not artefact_path("l8-rerank").is_file(), reason="no l8-rerank artefact")
 def test_the_committed_rerank_artefact():
     tensors, meta = load_artefact("l8-rerank")
     assert meta["command"] == "python -m encoderlab train l8-rerank"
     assert {k: meta[k] for k in rerank.RERANK} == {k: str(v) for k, v in rerank.RERANK.items()}
     assert artefact_path("l8-rerank").stat().st_size < 5 * 2**20
-    assert len(tensors["loss"]) == rerank.RERANK["steps"]
+    per_epoch = int(meta["steps_per_epoch"])
+    assert len(tensors["loss"]) == int(meta["steps"]) == rerank.RERANK["epochs"] * per_epoch
+    assert tensors["validation"].shape == (rerank.RERANK["epochs"], 2)
+    kept = int(meta["kept_epoch"])
+    assert tensors["validation"][kept - 1, 1] == tensors["validation"][:, 1].max()
+    negatives = tensors["negatives"]
+    assert not (negatives == torch.arange(len(negatives)).unsqueeze(1)).any()
+
+
+@pytest.mark.skipif(not artefact_path("l8-contrastive-hard").is_file(),
+                    reason="no l8-contrastive-hard artefact")
+def test_the_committed_contrastive_hard_artefact():
+    tensors, meta = load_artefact("l8-contrastive-hard")
+    assert meta["command"] == "python -m encoderlab train l8-contrastive-hard"
+    assert artefact_path("l8-contrastive-hard").stat().st_size < 5 * 2**20
+    assert len(tensors["loss"]) == contrastive.CONTRASTIVE_HARD["steps"]
+    negatives = tensors["negatives"]
+    assert not (negatives == torch.arange(len(negatives))).any()  # never the positive
+
+
+def test_the_real_cross_encoder_memorises_a_tiny_batch(minilm):
+    """The overfit check behind l8-rerank: on a few training queries, each with its right passage
+    and three negatives, the scorer (MiniLM's last block + the score layer) drives the loss from
+    chance to about zero. If it did not, the pairs, labels, pooling or head would be wrong."""
+    tokenizer, model = minilm
+    fit, _, _ = rerank.rerank_splits()
+    picked = []  # 16 training pairs whose details differ (some docstrings share their text)
+    for i, (_, details) in enumerate(fit):
+        if all(details[:60] != fit[j][1][:60] for j in picked):
+            picked.append(i)
+        if len(picked) == 16:
+            break
+    rows = [picked[g::4] for g in range(4)]  # four groups, the right passage first
+    queries = [fit[row[0]][0] for row in rows for _ in row]
+    passages = [fit[j][1] for row in rows for j in row]
+    hidden, mask = rerank.cache_pair_states(tokenizer, model, queries, passages, max_length=64)
+    torch.manual_seed(0)
+    scorer = rerank.PairScorer(copy.deepcopy(model.blocks[-1]), model.config.d_model, "mean")
+    history = rerank.rerank_run(scorer, hidden, mask, group_size=4, steps=25, groups=4, lr=3e-4,
+                                progress=False)
+    assert history[0] > 1.0  # a fresh score layer starts near chance, ln 4 = 1.39
+    assert max(history[-3:]) < 0.05  # and 25 steps take it to about zero
+
+
+@pytest.mark.skipif(not artefact_path("l8-rerank-alone").is_file(),
+                    reason="no l8-rerank-alone artefact")
+def test_the_committed_control_differs_only_by_its_prior_gain_and_epochs():
+    tensors, meta = load_artefact("l8-rerank-alone")
+    assert meta["command"] == "python -m encoderlab train l8-rerank-alone"
+    own = {"prior_scale": "0.0", "epochs": "2", "head_gain": "1.0"}  # no gain: made before it
+    expected = {k: str(v) for k, v in rerank.RERANK.items()} | own
+    assert {k: meta.get(k, "1.0") for k in rerank.RERANK} == expected
+    assert artefact_path("l8-rerank-alone").stat().st_size < 5 * 2**20
+    rr_tensors, _ = load_artefact("l8-rerank")
+    assert torch.equal(tensors["negatives"], rr_tensors["negatives"])  # the same training data

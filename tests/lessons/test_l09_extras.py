@@ -172,3 +172,46 @@ def test_docstring_lengths_are_token_counts_of_the_frozen_docstrings():
     assert max(short) == 64 and all(s == min(n, 64) for s, n in zip(short, lengths, strict=True))
     with pytest.raises(ValueError, match="max_length must be an int >= 2"):
         packing.docstring_lengths(tokenizer, max_length=1)
+
+
+def _tiny_encoder(norm="post"):
+    from encoderlab.encoder import EncoderConfig, EncoderModel
+
+    torch.manual_seed(0)
+    config = EncoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, n_max=32,
+                           norm=norm, pooler=False)
+    return EncoderModel(config).eval()
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_encode_packed_gives_every_sequence_its_own_output(norm):
+    model = _tiny_encoder(norm)
+    g = torch.Generator().manual_seed(1)
+    ids = [torch.randint(1, 50, (n,), generator=g).tolist() for n in (5, 9, 3, 12, 7, 1)]
+    plan, input_ids = packing.pack_token_ids(ids, 16)
+    assert input_ids.shape == (plan.n_rows, 16)
+    for t, (r, o) in zip(ids, plan.starts, strict=True):
+        assert input_ids[r, o : o + len(t)].tolist() == t
+    assert int((input_ids != 0).sum()) == sum(map(len, ids))  # [PAD] = 0 everywhere else
+    with torch.no_grad():
+        alone = [model(torch.tensor([t])).last_hidden_state[0] for t in ids]
+        packed = packing.encode_packed(model, input_ids, plan)
+        from_row = packing.encode_packed(model, input_ids, plan, restart_positions=False)
+    assert [tuple(x.shape) for x in packed] == [(len(t), 16) for t in ids]
+    assert max((a - b).abs().max().item() for a, b in zip(packed, alone, strict=True)) < 1e-5
+    # positions counted from the row change every sequence that does not start a row
+    moved = [(a - b).abs().max().item() for a, b, (_, o) in
+             zip(from_row, alone, plan.starts, strict=True) if o > 0]
+    assert moved and min(moved) > 1e-3
+
+
+def test_docstring_sentences_are_seeded_tokenized_sentences():
+    from encoderlab.pretrained import load_minilm
+
+    tokenizer, _ = load_minilm()
+    a, b = packing.docstring_sentences(tokenizer, 20), packing.docstring_sentences(tokenizer, 20)
+    assert a == b and a != packing.docstring_sentences(tokenizer, 20, seed=1)
+    cls, sep = tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
+    assert all(t[0] == cls and t[-1] == sep and 3 <= len(t) <= 512 for t in a)
+    with pytest.raises(ValueError, match="the corpus holds"):
+        packing.docstring_sentences(tokenizer, 10**6)

@@ -130,3 +130,35 @@ def test_alibi_slopes_and_bias():
     assert b.shape == (8, 10, 10) and (b <= 0).all()
     assert (torch.diagonal(b, dim1=1, dim2=2) == 0).all()
     assert b[0, 2, 5] == b[0, 7, 4] == -3 / 2  # |offset| 3, slope 1/2: symmetric, shift-invariant
+
+
+def test_relative_buckets_follow_debertas_delta():
+    delta = flash.relative_buckets(7, 2)
+    for i in range(7):
+        for j in range(7):
+            want = 0 if i - j <= -2 else 3 if i - j >= 2 else i - j + 2
+            assert delta[i, j] == want
+    with pytest.raises(ValueError, match="maximum relative distance"):
+        flash.relative_buckets(4, 0)
+
+
+def test_disentangled_scores_match_the_papers_sums():
+    g = torch.Generator().manual_seed(0)
+    n, dm, d, k = 9, 6, 4, 3
+    h, rel = torch.randn(n, dm, generator=g), torch.randn(2 * k, dm, generator=g)
+    w = [torch.randn(dm, d, generator=g) for _ in range(4)]
+    out = flash.disentangled_scores(h, rel, *w)
+    q_c, k_c, q_r, k_r = h @ w[0], h @ w[1], rel @ w[2], rel @ w[3]
+    delta = out["buckets"]
+    for i in range(n):
+        for j in range(n):
+            assert torch.isclose(out["c2c"][i, j], q_c[i] @ k_c[j])
+            assert torch.isclose(out["c2p"][i, j], q_c[i] @ k_r[delta[i, j]])
+            assert torch.isclose(out["p2c"][i, j], k_c[j] @ q_r[delta[j, i]])
+    total = (out["c2c"] + out["c2p"] + out["p2c"]) / math.sqrt(3 * d)
+    assert torch.allclose(out["scores"], total)
+    # beyond k the distance is clipped: c2p is constant along a row, p2c down a column
+    assert torch.allclose(out["c2p"][0, k:], out["c2p"][0, k:][0].expand(n - k))
+    assert torch.allclose(out["p2c"][k:, 0], out["p2c"][k:, 0][0].expand(n - k))
+    with pytest.raises(ValueError, match="rel must be"):
+        flash.disentangled_scores(h, rel[:5], *w)

@@ -99,6 +99,7 @@ def test_committed_record_matches_the_recipe():
     runs, metadata = rc.load_comparison()
     task = rc.KeyedShiftTask()
     assert metadata["task"] == repr(task)
+    assert metadata["seeds"] == ",".join(map(str, rc.SEEDS))  # the lesson pairs runs by seed
     for w in rc.WIRINGS:
         assert int(metadata[f"parameters.{w}"]) == rc.parameter_count(rc.build_model(w, task, 0))
         for s in rc.SEEDS:

@@ -47,6 +47,8 @@ __all__ = [
     "gpu_checks",
     "fastest_gpu_config",
     "bench_gpu_attention",
+    "bench_gpu_masks",
+    "gpu_mask_table",
     "gpu_attention_record",
     "recorded_gpu_results",
     "gpu_results_table",
@@ -375,6 +377,95 @@ def bench_gpu_attention(
     return rows
 
 
+GPU_MASK_N = 8192  # the length at which the GPU rows time every mask (Lesson 9, §8)
+
+
+def _mask_calls(n: int, q, k, v, config: dict, triton_attention) -> dict[str, Callable]:
+    """Two calls per mask of :func:`structural_masks`: the Triton kernel and torch's SDPA."""
+    calls = {}
+    for name, mask in structural_masks(n).items():
+        if name == "full":
+            kernel_mask, sdpa_kwargs = None, {}
+        elif name == "causal":
+            kernel_mask, sdpa_kwargs = "causal", {"is_causal": True}
+        else:
+            kernel_mask = mask.to(q.device)
+            sdpa_kwargs = {"attn_mask": kernel_mask}
+        calls[f"triton|{name}"] = (
+            lambda m=kernel_mask: triton_attention(q, k, v, mask=m, **config))
+        calls[f"sdpa|{name}"] = (
+            lambda kw=sdpa_kwargs: F.scaled_dot_product_attention(q, k, v, **kw))
+    return calls
+
+
+def bench_gpu_masks(n: int = GPU_MASK_N, repeats: int = 10, warmup: int = 3,
+                    config: dict | None = None, device: str = "cuda",
+                    heads: int | None = None) -> list[dict]:
+    """Every mask the Triton kernel supports, timed on the GPU (Lesson 9, §8).
+
+    For each mask of :func:`structural_masks` (full, causal, sliding window, document,
+    prefix-LM) the kernel and torch's SDPA run on the same float16 (b, h, n, d) inputs, all ten
+    calls in turns, ``repeats`` rounds. One row per mask: the fraction of tiles the kernel
+    computes (its tile plan, with ``config``'s block), each kernel's median time (ms) and its
+    time over its own full-attention time, the median and range of the per-round ratios.
+    ``device="cpu"`` runs the same code under Triton's interpreter (TRITON_INTERPRET=1), for
+    tests on tiny sizes only.
+    """
+    from encoderlab.kernels import tiled_triton
+
+    if device == "cuda":
+        _require_gpu()
+    elif not tiled_triton.interpreted():
+        raise ValueError("bench_gpu_masks on the CPU needs Triton's interpreter: set "
+                         "TRITON_INTERPRET=1 before triton is first imported.")
+    config = config or fastest_gpu_config()
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    q, k, v = _qkv(n, heads or GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], dtype, device)
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    with torch.inference_mode():
+        samples = interleaved_samples(
+            _mask_calls(n, q, k, v, config, tiled_triton.triton_attention),
+            repeats=repeats, warmup=warmup, sync=sync)
+    rows = []
+    for name, mask in structural_masks(n).items():
+        counts = tiled.tile_counts(n, block_size=config["block"], mask=mask)
+        row = {"mask": name, "n": n, "block": config["block"],
+               "tile_fraction": counts["fraction"]}
+        for kernel in ("triton", "sdpa"):
+            ratio = spread(paired_ratios(samples[f"{kernel}|{name}"], samples[f"{kernel}|full"]))
+            row[f"{kernel}_ms"] = spread(samples[f"{kernel}|{name}"])[0] * 1e3
+            row[f"{kernel}_fraction"], row[f"{kernel}_fraction_low"], \
+                row[f"{kernel}_fraction_high"] = ratio
+        rows.append(row)
+    return rows
+
+
+def gpu_mask_table(records: list[dict]) -> str:
+    """The per-mask GPU rows of recorded runs as text (Lesson 9, §8); records without them
+    (recorded before the masks were timed) are named and skipped."""
+    with_masks = [r for r in records if r.get("mask_rows")]
+    if not with_masks:
+        return ("No GPU run with per-mask timings is recorded yet (figures/data/ holds no "
+                "gpu-attention record with mask_rows).")
+    lines = []
+    for r in with_masks:
+        first = r["mask_rows"][0]
+        lines.append(f"{r.get('device', '?')} · torch {r.get('torch', '?')} · Triton "
+                     f"{r.get('triton', '?')} · {r.get('date', 'this run')} · "
+                     f"n = {first['n']}, tiles of {first['block']}")
+        lines.append(f"{'mask':<16}{'tiles':>7}{'Triton (ms)':>13}{'/ full [range]':>21}"
+                     f"{'SDPA (ms)':>11}{'/ full [range]':>21}")
+        for row in r["mask_rows"]:
+            lines.append(
+                f"{row['mask']:<16}{row['tile_fraction']:>7.3f}{row['triton_ms']:>13.3f}"
+                + f"{row['triton_fraction']:.2f} [{row['triton_fraction_low']:.2f}, "
+                  f"{row['triton_fraction_high']:.2f}]".rjust(21)
+                + f"{row['sdpa_ms']:>11.3f}"
+                + f"{row['sdpa_fraction']:.2f} [{row['sdpa_fraction_low']:.2f}, "
+                  f"{row['sdpa_fraction_high']:.2f}]".rjust(21))
+    return "\n".join(lines)
+
+
 def gpu_attention_record(ns=GPU_NS, repeats: int = 10) -> dict:
     """Everything one GPU run measures, with the device and versions: the JSON that
     ``python -m encoderlab bench --gpu-record FILE`` writes (Lesson 9, §8)."""
@@ -386,6 +477,7 @@ def gpu_attention_record(ns=GPU_NS, repeats: int = 10) -> dict:
         **config,
         "checks": checks,
         "rows": bench_gpu_attention(ns, repeats=repeats, config=config),
+        "mask_rows": bench_gpu_masks(repeats=repeats, config=config),
         "targets": {name: list(GPU_TARGETS[name]) for name in GPU_TARGETS},
     }
 
@@ -483,6 +575,7 @@ def write_gpu_record(path) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     print(gpu_results_table([record]))
+    print(gpu_mask_table([record]))
     print("\n".join(_gpu_verdicts(record["rows"])))
     print(f"checks: {len(record['checks'])} cases, largest difference from SDPA "
           f"{max(c['max_abs_difference'] for c in record['checks']):.2e}")
@@ -582,6 +675,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nGPU rows (to check the kernel and record them: --gpu-record FILE):")
     config = fastest_gpu_config()
     rows = bench_gpu_attention(repeats=args.repeats, config=config)
+    mask_rows = bench_gpu_masks(repeats=args.repeats, config=config)
     print(gpu_results_table([{**_gpu_environment(), **config, "rows": rows}]))
+    print(gpu_mask_table([{**_gpu_environment(), "rows": rows, "mask_rows": mask_rows}]))
     print("\n".join(_gpu_verdicts(rows)))
     return 0

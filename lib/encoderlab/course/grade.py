@@ -3,12 +3,13 @@
 ``python -m encoderlab grade SUBMISSION.ipynb ... [--csv FILE]`` executes each submission in a
 fresh Jupyter kernel, with the Hugging Face hub switched off, under a time limit per notebook
 and per cell, and prints a table per notebook: for every exercise, *passed* (its check cell ran
-without an error), *failed* (with the checker's one-sentence diagnosis, or the error's last
-line), *not attempted* (the stub still raises ``NotImplementedError``), *manual* (a written
-answer, graded by hand) or *not run* (the notebook stopped before its check). A file that is not
-a notebook, a notebook that crashes its kernel and one that hangs each get one clear line; the
-run goes on to the next submission. ``--csv`` writes one row per (submission, exercise) for a
-class. The exit status is 0 unless the command line itself is wrong.
+without an error), *failed* (with the checker's diagnosis, without the fix a learner sees on a
+second look, or the error's last line), *not attempted* (the stub still raises
+``NotImplementedError``), *manual* (a written answer, graded by hand) or *not run* (the notebook
+stopped before its check). A file that is not a notebook, a notebook that crashes its kernel
+and one that hangs each get one clear line; the run goes on to the next submission. ``--csv``
+writes one row per (submission, exercise) for a class. The exit status is 0 unless the command
+line itself is wrong.
 
 Errors do not stop a notebook: a check that fails is recorded and the next cells still run, so
 every exercise is graded. When the published lessons are at hand (``lessons/``), the grader
@@ -35,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from time import monotonic
 
+from encoderlab.course.checks.harness import diagnosis_only
 from encoderlab.course.student import (
     ANSWER_PROMPT,
     ANSWER_TAG,
@@ -293,8 +295,8 @@ def _is_not_implemented(error: tuple[str, str]) -> bool:
 
 def _describe(error: tuple[str, str]) -> str:
     name, message = error
-    if name == "CheckFailed":  # the checker's diagnosis is the whole message
-        return _one_line(message)
+    if name == "CheckFailed":  # the checker's diagnosis, without the fix or how to see it
+        return _one_line(diagnosis_only(message))
     return _one_line(f"{name}: {message}" if message else name)
 
 

@@ -318,7 +318,8 @@ def _header_cell(lesson: str, title: str, links: CourseLinks):
         f"**Student version** of *{title}*, from the course *Encoder Mechanics*. The solutions "
         "are removed and the outputs cleared. Run the cells from the top; in each code "
         "exercise, replace the stub's `raise NotImplementedError` with your code and run the "
-        "check cell below it, which says in words what is wrong, if anything. Write the other "
+        "check cell below it, which says in words what is wrong, if anything; if you are "
+        "stuck, call the same check with `hint=True` for a one-line fix. Write the other "
         f"answers in the *Your answer* cells. The published lesson, with every output: "
         f"[{lesson}]({links.lesson_url(lesson)})."
     )

@@ -117,6 +117,7 @@ RECIPE_MODULES = (
     "encoderlab.lessons.l06_mask_rate",  # Lesson 6, the masking-rate sweep
     "encoderlab.lessons.l07_recipes",  # Lesson 7
     "encoderlab.lessons.l07_longqa",  # Lesson 7, §7
+    "encoderlab.lessons.l07_pairs",  # Lesson 7, §8
     "encoderlab.lessons.l08_contrastive",  # Lesson 8
     "encoderlab.lessons.l08_rerank",  # Lesson 8
     "encoderlab.lessons.l10_right_context",  # Lesson 10, §7

@@ -1,7 +1,7 @@
-"""How a subword vocabulary is trained: WordPiece's likelihood score against BPE's frequency
+"""How a subword vocabulary is trained: BPE's frequency against two WordPiece scores
 (Lesson 2, §3).
 
-Both trainers start from the same place and run the same loop; only the score differs.
+The trainers start from the same place and run the same loop; only the score differs.
 
 * Every word of the corpus is split into characters, ``##`` in front of each character after the
   first (the continuation convention of BERT's vocabulary): ``"ids"`` -> ``("i", "##d", "##s")``.
@@ -9,29 +9,38 @@ Both trainers start from the same place and run the same loop; only the score di
   each pair, merge the best one everywhere (``"i"`` + ``"##d"`` -> ``"id"``; ``"##d"`` +
   ``"##s"`` -> ``"##ds"``), and record the merge.
 
-The scores:
+The scores (``SCORES``):
 
-* **BPE** (Sennrich et al., 2016): the pair's count, ``count(a b)``;
-* **WordPiece** (Schuster & Nakajima, 2012, as the Hugging Face course writes it): the pair's
-  count over the counts of its two symbols, ``count(a b) / (count(a) * count(b))``, which
-  prefers pairs whose parts seldom occur apart.
+* ``"frequency"``, **BPE** (Sennrich et al., 2016): the pair's count, ``count(a b)``;
+* ``"ratio"``, the score the Hugging Face course uses for WordPiece: the pair's count over the
+  counts of its two symbols, ``count(a b) / (count(a) * count(b))``, which prefers pairs whose
+  parts seldom occur apart, however rare the pair;
+* ``"gain"``, WordPiece's criterion (Schuster & Nakajima, 2012): the piece whose addition most
+  increases the likelihood of the training text under a unigram model of pieces (each piece
+  drawn independently with probability count / N, N the number of symbols in the text).
+  Merging ``a b`` adds, to first order, ``count(a b) * log(count(a b) * N / (count(a) *
+  count(b)))`` to that log-likelihood: the log of the ratio above times N, weighted by the
+  pair's count.
 
-**Tie rule** (both trainers, and the exercise): among the pairs with the highest score, merge
-the smallest ``(a, b)`` in Python's string order. Scores are compared exactly: equal fractions
-give equal floats, since the counts are integers and IEEE division rounds correctly.
+**Tie rule** (every trainer, and the exercise): among the pairs with the highest score, merge
+the smallest ``(a, b)`` in Python's string order. The ratio is compared exactly, as a fraction
+of integers (:class:`fractions.Fraction`), so pairs whose scores are equal tie.
 
 The vocabulary is the alphabet (every first symbol, sorted) followed by the merged symbols in
-the order they were made. Applying it differs: a WordPiece vocabulary is applied by greedy
-longest-match (:func:`encoderlab.tokenizer.wordpiece`), a BPE one by replaying its merges in
-order (:func:`bpe_pieces`). Training to the largest size once gives every smaller vocabulary
-too: the first ``k`` merges are the ones a run stopped after ``k`` merges would make.
+the order they were made. Applying it differs: a WordPiece vocabulary ("ratio" or "gain") is
+applied by greedy longest-match (:func:`encoderlab.tokenizer.wordpiece`), a BPE one by
+replaying its merges in order (:func:`bpe_pieces`). Training to the largest size once gives
+every smaller vocabulary too: the first ``k`` merges are the ones a run stopped after ``k``
+merges would make.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property
 
 from encoderlab.pretokenizer import basic_tokenize
@@ -46,6 +55,7 @@ __all__ = [
     "split_word",
     "merged",
     "count_symbols_and_pairs",
+    "pair_score",
     "best_pair",
     "apply_merge",
     "train_merges_plain",
@@ -58,7 +68,8 @@ __all__ = [
 
 CONTINUATION = "##"
 UNK = "[UNK]"
-SCORES = ("likelihood", "frequency")  # WordPiece's score, BPE's score
+SCORES = ("ratio", "gain", "frequency")  # the HF course's WordPiece score, WordPiece's
+# likelihood gain, BPE's count
 
 
 def word_counts(texts: Iterable[str]) -> dict[str, int]:
@@ -100,26 +111,63 @@ def count_symbols_and_pairs(splits: Mapping[str, tuple[str, ...]], counts: Mappi
     return symbols, pairs
 
 
-def _score(pair, pairs: Mapping, symbols: Mapping, score: str) -> float:
+_LOGS = [0.0]  # _LOGS[n] = log(n) for the counts seen so far (entry 0 unused)
+
+
+def _logs_up_to(n: int) -> list[float]:
+    """The table of log(k) for k = 1 .. n (at least), grown when a larger count comes."""
+    _LOGS.extend(math.log(k) for k in range(len(_LOGS), n + 1))
+    return _LOGS
+
+
+def pair_score(n_pair: int, n_a: int, n_b: int, n_symbols: int, score: str = "ratio") -> float:
+    """One pair's score from its counts (Lesson 2, §3): ``count(a b)`` = ``n_pair``,
+    ``count(a)`` = ``n_a``, ``count(b)`` = ``n_b``, ``N`` = ``n_symbols`` (the text's length in
+    symbols, which only "gain" reads).
+
+    "frequency": ``n_pair``; "ratio": ``n_pair / (n_a * n_b)``; "gain": ``n_pair * log(n_pair *
+    N / (n_a * n_b))``, the first-order increase of the text's log-likelihood under a unigram
+    model of pieces.
+    """
     if score == "frequency":
-        return float(pairs[pair])
-    a, b = pair
-    return pairs[pair] / (symbols[a] * symbols[b])  # an int over an int: exact ties stay ties
+        return float(n_pair)
+    if score == "ratio":
+        return n_pair / (n_a * n_b)
+    if score == "gain":
+        return n_pair * math.log(n_pair * n_symbols / (n_a * n_b))
+    raise ValueError(f"score must be one of {SCORES}, got {score!r}.")
 
 
-def best_pair(pairs: Mapping, symbols: Mapping, score: str = "likelihood", min_count: int = 1
+def best_pair(pairs: Mapping, symbols: Mapping, score: str = "ratio", min_count: int = 1
               ) -> tuple[str, str]:
     """The pair to merge: the highest score, ties to the smallest ``(a, b)`` (Lesson 2, §3).
 
-    Only pairs seen at least ``min_count`` times compete (1: every pair).
+    Only pairs seen at least ``min_count`` times compete (1: every pair). The ratio is compared
+    as an exact fraction, so equal ratios tie whatever the rounding of their floats.
     """
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}, got {score!r}.")
-    candidates = [p for p, n in pairs.items() if n >= max(min_count, 1)]
-    if not candidates:
+    floor = max(min_count, 1)
+    # pair_score, written out for speed: this runs over every pair at every merge
+    if score == "frequency":
+        scores = {p: n for p, n in pairs.items() if n >= floor}
+    elif score == "ratio":
+        scores = {(a, b): n / (symbols[a] * symbols[b])
+                  for (a, b), n in pairs.items() if n >= floor}
+    else:  # n * log(n * N / (count(a) * count(b))), as a sum of logs looked up, not computed
+        log_total = math.log(sum(symbols.values()))
+        log_count = {s: math.log(c) for s, c in symbols.items() if c > 0}
+        logs = _logs_up_to(max(pairs.values(), default=0))
+        scores = {(a, b): n * (logs[n] + log_total - log_count[a] - log_count[b])
+                  for (a, b), n in pairs.items() if n >= floor}
+    if not scores:
         raise ValueError(f"no pair left to merge: every pair is seen fewer than "
-                         f"{max(min_count, 1)} times (1: every word is a single symbol).")
-    return min(candidates, key=lambda p: (-_score(p, pairs, symbols, score), p))
+                         f"{floor} times (1: every word is a single symbol).")
+    top = max(scores.values())
+    if score == "ratio":  # the floats only shortlist; exact fractions decide
+        near = [p for p, x in scores.items() if x >= top * (1 - 1e-9)]
+        return min(near, key=lambda p: (-Fraction(pairs[p], symbols[p[0]] * symbols[p[1]]), p))
+    return min(p for p, x in scores.items() if x == top)
 
 
 def apply_merge(parts: tuple[str, ...], a: str, b: str) -> tuple[str, ...]:
@@ -135,7 +183,7 @@ def apply_merge(parts: tuple[str, ...], a: str, b: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def train_merges_plain(counts: Mapping[str, int], n_merges: int, score: str = "likelihood",
+def train_merges_plain(counts: Mapping[str, int], n_merges: int, score: str = "ratio",
                        min_count: int = 1) -> list[tuple[str, str]]:
     """The merges in the order they are made, everything recounted after each (Lesson 2, §3).
 
@@ -155,7 +203,7 @@ def train_merges_plain(counts: Mapping[str, int], n_merges: int, score: str = "l
     return merges
 
 
-def train_merges(counts: Mapping[str, int], n_merges: int, score: str = "likelihood",
+def train_merges(counts: Mapping[str, int], n_merges: int, score: str = "ratio",
                  min_count: int = 1) -> list[tuple[str, str]]:
     """:func:`train_merges_plain`, with counts updated only in the words a merge touches.
 
@@ -198,7 +246,7 @@ def train_merges(counts: Mapping[str, int], n_merges: int, score: str = "likelih
 class TrainedVocabulary:
     """A trained vocabulary: its alphabet, its merges and how it is applied (Lesson 2, §3)."""
 
-    score: str  # "likelihood" (WordPiece) or "frequency" (BPE)
+    score: str  # "ratio" or "gain" (WordPiece, applied greedily) or "frequency" (BPE)
     alphabet: tuple[str, ...]  # every symbol the corpus starts with, sorted
     merges: tuple[tuple[str, str], ...]  # in the order they were made
 
@@ -209,7 +257,7 @@ class TrainedVocabulary:
 
     @cached_property
     def _lookup(self):  # what split() needs, built once: the piece set or the merge ranks
-        if self.score == "likelihood":
+        if self.score != "frequency":
             return set(self.pieces)
         return {pair: k for k, pair in enumerate(self.merges)}
 
@@ -225,16 +273,16 @@ class TrainedVocabulary:
     def split(self, word: str) -> list[str]:
         """The pieces of one word: greedy longest-match for WordPiece, merges replayed for BPE;
         ``["[UNK]"]`` if it has a character the alphabet lacks."""
-        if self.score == "likelihood":
+        if self.score != "frequency":
             return wordpiece(word, self._lookup)
         return bpe_pieces(word, self._lookup, self.alphabet)
 
 
-def train_vocabulary(counts: Mapping[str, int], size: int, score: str = "likelihood",
+def train_vocabulary(counts: Mapping[str, int], size: int, score: str = "ratio",
                      min_count: int = 1) -> TrainedVocabulary:
-    """Train a vocabulary of ``size`` entries (alphabet included) with WordPiece's score
-    ("likelihood") or BPE's ("frequency"), merging only pairs seen ``min_count`` times or more
-    (Lesson 2, §3). It may stop short of ``size`` when no such pair is left."""
+    """Train a vocabulary of ``size`` entries (alphabet included) with one of ``SCORES``
+    ("ratio", "gain": WordPiece; "frequency": BPE), merging only pairs seen ``min_count`` times
+    or more (Lesson 2, §3). It may stop short of ``size`` when no such pair is left."""
     alphabet = tuple(sorted({s for word in counts for s in split_word(word)}))
     check_int(size, "size", at_least=len(alphabet))
     merges = train_merges(counts, size - len(alphabet), score, min_count)

@@ -24,11 +24,13 @@ from encoderlab.course.train import load_artefact
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM
 from encoderlab.lessons.l06_comparison import corpus_and_vocab, train_with_warmup
+from encoderlab.lessons.l06_pretraining import forward_flops
 from encoderlab.objectives import IGNORE_INDEX, mlm_corrupt, mlm_model_loss
 from encoderlab.validate import check_positive_int
 
 __all__ = ["RATES", "SEEDS", "SWEEP_SIZES", "SWEEP_STEPS", "EVAL_EVERY", "EVAL_RATE",
-           "held_out_metrics", "train_mask_rate_sweep", "RECIPES", "load_sweep", "seed_spread"]
+           "held_out_metrics", "held_out_evaluation", "training_flops", "train_mask_rate_sweep",
+           "RECIPES", "load_sweep", "seed_spread", "paired_t"]
 
 RATES = (0.15, 0.30, 0.40)
 SEEDS = (0, 1, 2)
@@ -53,6 +55,35 @@ def held_out_metrics(model: TinyLM, inputs: torch.Tensor, attention_mask: torch.
     accuracy = (logits.argmax(dim=-1) == labels[labels != IGNORE_INDEX]).float().mean()
     model.train(was_training)
     return loss.item(), accuracy.item()
+
+
+def held_out_evaluation(corpus, vocab) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(inputs, attention_mask, labels): the one fixed 15 % corruption of the held-out sentences
+    on which every run of the sweep is scored (Lesson 6, §7)."""
+    held_ids, held_am = vocab.encode(corpus.held_out, max_length=SWEEP_SIZES["n_max"])
+    inputs, labels = mlm_corrupt(held_ids, held_am, vocab.special_ids, vocab.size, EVAL_RATE,
+                                 generator=torch.Generator().manual_seed(EVAL_SEED),
+                                 mask_id=vocab.mask_id)
+    return inputs, held_am, labels
+
+
+def training_flops(vocab, input_ids: torch.Tensor, attention_mask: torch.Tensor, rates=RATES,
+                   steps: int = SWEEP_STEPS, seed: int = 0) -> dict[float, float]:
+    """Training FLOPs of one run of the sweep at each masking rate (Lesson 6, §7), by the formula
+    of :func:`encoderlab.lessons.l06_pretraining.forward_flops`: the batches of seed ``seed``,
+    each cut to its longest row, the output layer at ``rate`` of the ordinary positions (the
+    expected count), and a training step costing three forward passes."""
+    check_positive_int(steps, "steps")
+    config = EncoderConfig(vocab_size=vocab.size, **SWEEP_SIZES)
+    ordinary = (attention_mask != 0) & ~torch.isin(input_ids, torch.tensor(vocab.special_ids))
+    batches = data.shuffled_batches(attention_mask, ordinary, batch_size=BATCH_SIZE, seed=seed)
+    encoder, scored = 0.0, 0
+    for _, (a, o) in zip(range(steps), batches):
+        n = int(a.sum(dim=1).max())  # the batch cut to its longest row
+        encoder += 3 * forward_flops(config, a.shape[0], n, 0, vocab.size)
+        scored += int(o.sum())
+    head = 3 * 2 * config.d_model * vocab.size  # per scored position
+    return {rate: encoder + head * rate * scored for rate in rates}
 
 
 def _one_run(rate: float, seed: int, steps: int, vocab, ids, am, evaluation) -> dict:
@@ -96,11 +127,8 @@ def train_mask_rate_sweep(steps: int | None = None, progress: bool = True):
     try:
         corpus, vocab = corpus_and_vocab()
         ids, am = vocab.encode(corpus.train, max_length=SWEEP_SIZES["n_max"])
-        held_ids, held_am = vocab.encode(corpus.held_out, max_length=SWEEP_SIZES["n_max"])
-        eval_inputs, eval_labels = mlm_corrupt(
-            held_ids, held_am, vocab.special_ids, vocab.size, EVAL_RATE,
-            generator=torch.Generator().manual_seed(EVAL_SEED), mask_id=vocab.mask_id)
-        evaluation = (eval_inputs, held_am, eval_labels)
+        evaluation = held_out_evaluation(corpus, vocab)
+        eval_labels = evaluation[2]
         tensors, wall, cpu = {}, time.perf_counter(), time.process_time()
         for rate in RATES:
             for seed in SEEDS:
@@ -160,3 +188,10 @@ def seed_spread(values) -> tuple[float, float]:
         raise ValueError(f"need at least 2 seeds to measure a spread, got {len(values)}.")
     mean = sum(values) / len(values)
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def paired_t(differences) -> tuple[float, float, float]:
+    """(mean, sample sd, t = mean / (sd / sqrt(k))) of k paired per-seed differences (Lesson 6,
+    §7). With k = 3 seeds, |t| must pass 4.30 (two-sided, 5 %) to call a difference established."""
+    mean, sd = seed_spread(differences)
+    return mean, sd, (mean / (sd / math.sqrt(len(differences))) if sd > 0 else math.inf)

@@ -57,6 +57,9 @@ __all__ = [
     "epoch_masks",
     "distinct_masks",
     "continuation_accuracy",
+    "continuation_guess_accuracy",
+    "unigram_table",
+    "unigram_scores",
     "ProjectedEmbeddings",
     "Electra",
     "constant_guess_bce",
@@ -296,6 +299,56 @@ def continuation_accuracy(
         logits = model(inputs, am)[torch.arange(len(rows)), cols]  # (k, V)
         result[name] = (logits.argmax(dim=-1) == target).float().mean().item()
     return result
+
+
+def continuation_guess_accuracy(
+    train_ids: torch.Tensor,  # (B, n)
+    train_mask: torch.Tensor,  # (B, n)
+    input_ids: torch.Tensor,  # (b, n)
+    attention_mask: torch.Tensor,  # (b, n)
+    tokens: Sequence[str],
+    special_ids,
+) -> tuple[int, float]:
+    """The context-free baseline of :func:`continuation_accuracy` (Lesson 6, §3): always guess
+    the ``##`` piece that is most frequent in the training rows. Returns (its id, its top-1
+    accuracy on the ``##`` pieces that :func:`continuation_accuracy` tests in ``input_ids``)."""
+    continuation = torch.tensor([t.startswith("##") for t in tokens])
+
+    def pieces(ids, am):
+        words = word_ids(ids, am, tokens, special_ids)
+        return ids[(words >= 0) & continuation[ids]]
+
+    counted, tested = pieces(train_ids, train_mask), pieces(input_ids, attention_mask)
+    if len(counted) == 0 or len(tested) == 0:
+        raise ValueError("no continuation ('##') piece to count or to test.")
+    guess = int(torch.bincount(counted, minlength=len(tokens)).argmax())
+    return guess, (tested == guess).float().mean().item()
+
+
+def unigram_table(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_ids,
+                  vocab_size: int, smoothing: float = 0.5) -> torch.Tensor:
+    """(V,) the word-frequency model (Lesson 6, §6-7): the share of each token among the
+    ordinary real positions of ``input_ids``, with ``smoothing`` added to every ordinary
+    token's count (so that a token never seen scores a finite loss); special tokens get 0.
+
+    Predicting this one distribution at every masked position, whatever the context, is the
+    best a model can do that has learned word frequencies and nothing else.
+    """
+    special = torch.tensor(list(special_ids))
+    ordinary = (attention_mask != 0) & ~torch.isin(input_ids, special)
+    counts = torch.bincount(input_ids[ordinary], minlength=vocab_size).double() + smoothing
+    counts[special] = 0.0
+    return counts / counts.sum()
+
+
+def unigram_scores(table: torch.Tensor, targets: torch.Tensor) -> tuple[float, float]:
+    """(cross-entropy in nats, top-1 accuracy) of predicting ``table`` (V,) at every one of the
+    token ids ``targets`` (k,): the loss and accuracy of the context-free baseline."""
+    targets = torch.as_tensor(targets).flatten()
+    if len(targets) == 0:
+        raise ValueError("no targets to score.")
+    loss = -table[targets].log().mean().item()
+    return loss, (targets == table.argmax()).double().mean().item()
 
 
 # --- §4 Replaced-token detection (ELECTRA) -------------------------------------------------------

@@ -9,6 +9,7 @@ the 90 MB of fine-tuned weights.
 from __future__ import annotations
 
 import copy
+import os
 import time
 
 import torch
@@ -37,7 +38,7 @@ from encoderlab.lessons.l07_tasks import qa_task, tagging_task, topic_task
 from encoderlab.objectives import IGNORE_INDEX, span_loss
 from encoderlab.pretrained import load_minilm
 
-__all__ = ["FINETUNE", "classify_run", "RECIPES"]
+__all__ = ["FINETUNE", "WARMUP", "classify_run", "extract_run", "linear_warmup", "RECIPES"]
 
 
 FINETUNE = {  # the settings of the recorded runs; the notebook prints them from the metadata
@@ -178,13 +179,27 @@ def _recipe_tag(steps: int | None = None, progress: bool = True):
             _metadata(steps, [seconds], task=repr(task), tags="|".join(task.tags)))
 
 
-def _recipe_extract(steps: int | None = None, progress: bool = True):
-    """Lesson 7: fine-tune MiniLM + a span extractor on the synthetic two-person QA task."""
-    steps = steps or FINETUNE["extract_steps"]
-    train_ex, test_ex = qa_task()
+def linear_warmup(warmup_steps: int):
+    """The learning-rate factor of a linear warm-up: (step + 1) / warmup_steps for the first
+    ``warmup_steps`` steps, then 1 (constant, no decay), for ``train(schedule=...)``
+    (Lesson 7, §6)."""
+    if warmup_steps < 1:
+        raise ValueError(f"warmup_steps must be at least 1, got {warmup_steps}.")
+    return lambda step: min(1.0, (step + 1) / warmup_steps)
+
+
+def extract_run(steps: int, seed: int = FINETUNE["seed"], warmup_steps: int = 0,
+                progress: bool = True, data=None) -> tuple[dict, float]:
+    """Fine-tune MiniLM + a span extractor on :func:`qa_task`; (results, seconds per step).
+
+    ``seed`` seeds the head's initial weights, the batch order and dropout; ``warmup_steps``
+    > 0 ramps the learning rate up linearly over that many steps (:func:`linear_warmup`),
+    0 keeps it constant (the recorded ``l7-extract`` run: seed 0, no warm-up).
+    """
+    train_ex, test_ex = data or qa_task()
     tokenizer, encoder = _minilm_copy()
     train_x, test_x = encode_qa(tokenizer, train_ex), encode_qa(tokenizer, test_ex)
-    torch.manual_seed(FINETUNE["seed"])
+    torch.manual_seed(seed)
     model = SpanExtractor(encoder)
     keys = ["input_ids", "attention_mask", "token_type_ids", "context_mask"]
 
@@ -197,12 +212,13 @@ def _recipe_extract(steps: int | None = None, progress: bool = True):
 
     curve: list = []
     batches = shuffled_batches(*(train_x[k] for k in keys), train_x["starts"], train_x["ends"],
-                               batch_size=FINETUNE["batch_size"], seed=FINETUNE["seed"])
+                               batch_size=FINETUNE["batch_size"], seed=seed)
     start = time.perf_counter()
     history = train(model, _with_curve(batches, model, evaluate, steps, curve),
                     lambda m, b: span_loss(*m(*b[:4]), b[4], b[5]), steps=steps,
-                    lr=FINETUNE["lr"], seed=FINETUNE["seed"], progress=progress,
-                    description="fine-tune (spans)")
+                    lr=FINETUNE["lr"], seed=seed, progress=progress,
+                    description="fine-tune (spans)",
+                    schedule=linear_warmup(warmup_steps) if warmup_steps else None)
     seconds = (time.perf_counter() - start) / steps
     with torch.no_grad():
         start_logits, end_logits = predict()
@@ -212,9 +228,56 @@ def _recipe_extract(steps: int | None = None, progress: bool = True):
     return ({"curve_steps": steps_t, "curve_exact_match": em, "loss": torch.tensor(history),
              "test_starts": s, "test_ends": e, "test_f1": torch.tensor(scores["f1"]),
              "start_logits": start_logits[:16].nan_to_num(neginf=-1e4),
-             "end_logits": end_logits[:16].nan_to_num(neginf=-1e4)},
+             "end_logits": end_logits[:16].nan_to_num(neginf=-1e4)}, seconds)
+
+
+def _recipe_extract(steps: int | None = None, progress: bool = True):
+    """Lesson 7: fine-tune MiniLM + a span extractor on the synthetic two-person QA task."""
+    steps = steps or FINETUNE["extract_steps"]
+    train_ex, test_ex = qa_task()
+    tensors, seconds = extract_run(steps, progress=progress, data=(train_ex, test_ex))
+    return (tensors,
             _metadata(steps, [seconds], task=f"{len(train_ex)} training and {len(test_ex)} "
                                               "test questions"))
+
+
+WARMUP = {"warmup_steps": 15, "seeds": (0, 1, 2)}  # 15 = 10% of the 150 steps of l7-extract
+
+
+def run_all(fn, configs: list[tuple]) -> list:
+    """``[fn(*c) for c in configs]``, in ``ENCODERLAB_JOBS`` processes at once if that variable
+    is set above 1 (each run is seeded on its own, so the results are those of one process;
+    set ``OMP_NUM_THREADS=1`` so that the processes do not fight over the cores)."""
+    jobs = int(os.environ.get("ENCODERLAB_JOBS", "1"))
+    if jobs <= 1:
+        return [fn(*c) for c in configs]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(configs))) as pool:
+        return list(pool.map(fn, *zip(*configs)))
+
+
+def _warmup_run(steps: int, seed: int, warmup: int, progress: bool):
+    run, seconds = extract_run(steps, seed=seed, warmup_steps=warmup, progress=progress)
+    return {k: run[k] for k in ("curve_steps", "curve_exact_match", "loss")}, seconds
+
+
+def _recipe_extract_warmup(steps: int | None = None, progress: bool = True):
+    """Lesson 7: the l7-extract run with a linear warm-up (seeds 0-2) and without (seeds 1-2;
+    seed 0 without warm-up is l7-extract itself)."""
+    steps = steps or FINETUNE["extract_steps"]
+    configs = [(steps, seed, warmup, progress) for seed in WARMUP["seeds"]
+               for warmup in (0, WARMUP["warmup_steps"]) if seed or warmup]
+    tensors, seconds = {}, []
+    for (_, seed, warmup, _), (run, s) in zip(configs, run_all(_warmup_run, configs)):
+        seconds.append(s)
+        for key, value in run.items():
+            tensors[f"warmup{warmup}.seed{seed}.{key}"] = value
+    train_ex, test_ex = qa_task()
+    return tensors, _metadata(steps, seconds, warmup_steps=WARMUP["warmup_steps"],
+                              seeds=" ".join(map(str, WARMUP["seeds"])),
+                              without_warmup_seed0="l7-extract",
+                              task=f"{len(train_ex)} training and {len(test_ex)} test questions")
 
 
 RECIPES = {
@@ -222,4 +285,5 @@ RECIPES = {
     "l7-classify-cls": _classify_recipe("cls"),
     "l7-tag": _recipe_tag,
     "l7-extract": _recipe_extract,
+    "l7-extract-warmup": _recipe_extract_warmup,
 }

@@ -18,6 +18,9 @@ Three small pieces, each something a reader can call with their own numbers:
   tokens (Beltagy et al., 2020; Zaheer et al., 2020) as boolean masks.
 * :func:`alibi_bias` is ALiBi's position bias (Press et al., 2022), in the symmetric form an
   encoder uses: an additive -m |i - j| per head instead of any position embedding (§7).
+* :func:`disentangled_scores` splits DeBERTa's attention score into its content-to-content,
+  content-to-position and position-to-content terms over clipped relative distances
+  (:func:`relative_buckets`; He et al., 2020, §3.1).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ __all__ = [
     "bigbird_mask",
     "alibi_slopes",
     "alibi_bias",
+    "relative_buckets",
+    "disentangled_scores",
 ]
 
 
@@ -329,3 +334,45 @@ def alibi_bias(n: int, n_heads: int) -> torch.Tensor:
     n = check_positive_int(n, "n", what="tokens")
     offsets = torch.arange(n).unsqueeze(0) - torch.arange(n).unsqueeze(1)  # (n, n): j - i
     return -alibi_slopes(n_heads).view(-1, 1, 1) * offsets.abs().double()
+
+
+# --- DeBERTa: disentangled attention over relative distances (§7) ---------------------------
+
+
+def relative_buckets(n: int, k: int) -> torch.Tensor:
+    """DeBERTa's relative distance delta(i, j) for a maximum distance ``k`` (He et al., 2020,
+    §3.1): i - j + k, clipped to 0 when i - j <= -k and to 2k - 1 when i - j >= k. An (n, n)
+    long tensor of bucket numbers in [0, 2k): one row of the relative table per bucket."""
+    n = check_positive_int(n, "n", what="tokens")
+    k = check_positive_int(k, "k", what="the maximum relative distance")
+    offsets = torch.arange(n).unsqueeze(1) - torch.arange(n).unsqueeze(0)  # (n, n): i - j
+    return (offsets + k).clamp(0, 2 * k - 1)
+
+
+def disentangled_scores(h: torch.Tensor, rel: torch.Tensor, w_qc: torch.Tensor,
+                        w_kc: torch.Tensor, w_qr: torch.Tensor, w_kr: torch.Tensor) -> dict:
+    """The three terms of DeBERTa's attention score for one head (He et al., 2020, §3.1).
+
+    ``h`` is (n, d_model) content, ``rel`` the (2k, d_model) relative position embeddings P
+    (one row per bucket of :func:`relative_buckets`), the ``w_*`` (d_model, d) projections.
+    With Q_c = h W_qc, K_c = h W_kc, Q_r = P W_qr and K_r = P W_kr:
+
+        content-to-content  c2c[i, j] = Q_c[i] . K_c[j]
+        content-to-position c2p[i, j] = Q_c[i] . K_r[delta(i, j)]
+        position-to-content p2c[i, j] = K_c[j] . Q_r[delta(j, i)]
+
+    and the score is (c2c + c2p + p2c) / sqrt(3 d); the position-to-position term is left
+    out, as in the paper. Returns a dict of (n, n) tensors: the three terms, ``"scores"`` and
+    ``"buckets"`` (delta).
+    """
+    if rel.shape[0] % 2 or rel.shape[1] != h.shape[1]:
+        raise ValueError(f"rel must be (2k, d_model={h.shape[1]}), got {tuple(rel.shape)}.")
+    n, k, d = h.shape[0], rel.shape[0] // 2, w_qc.shape[1]
+    delta = relative_buckets(n, k)  # (n, n)
+    q_c, k_c = h @ w_qc, h @ w_kc  # (n, d): content
+    q_r, k_r = rel @ w_qr, rel @ w_kr  # (2k, d): one per relative distance
+    c2c = q_c @ k_c.T  # (n, n)
+    c2p = (q_c @ k_r.T).gather(1, delta)  # (n, 2k) -> (n, n): entry delta(i, j) of row i
+    p2c = (k_c @ q_r.T).gather(1, delta).T  # entry delta(j, i) of key j's row, at (i, j)
+    return {"c2c": c2c, "c2p": c2p, "p2c": p2c, "buckets": delta,
+            "scores": (c2c + c2p + p2c) / math.sqrt(3 * d)}

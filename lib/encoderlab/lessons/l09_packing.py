@@ -29,6 +29,9 @@ __all__ = [
     "pack_sequences",
     "unpack",
     "packed_attention",
+    "docstring_sentences",
+    "pack_token_ids",
+    "encode_packed",
 ]
 
 
@@ -229,3 +232,54 @@ def packed_attention(
         out, _ = scaled_dot_product_attention(q, k, v, mask)  # (R, h, n, d_v)
     out = out.transpose(1, 2)  # (R, n, h, d_v): positions first, to unpack
     return [x.transpose(0, 1) for x in unpack(out, packing)]  # each (h, n_i, d_v)
+
+
+def docstring_sentences(tokenizer, count: int, seed: int = 0) -> list[list[int]]:
+    """Token ids ([CLS] ... [SEP]) of ``count`` sentences drawn at random (seeded) from the
+    docstrings of the course's frozen corpus (Lesson 9, §5): real sentences, with the length
+    mix of real text, mostly short with a long tail."""
+    from encoderlab.data import read_frozen
+
+    check_positive_int(count, "count", what="sentences")
+    sentences = [s for doc in read_frozen("docstring-pairs")["docstrings"] for s in doc]
+    if count > len(sentences):
+        raise ValueError(f"the corpus holds {len(sentences)} sentences, asked for {count}.")
+    g = torch.Generator().manual_seed(seed)
+    chosen = torch.randperm(len(sentences), generator=g)[:count].tolist()
+    return [tokenizer.encode(sentences[i], truncation=True, max_length=512) for i in chosen]
+
+
+def pack_token_ids(token_ids: list[list[int]], capacity: int,
+                   pad_id: int = 0) -> tuple[Packing, torch.Tensor]:
+    """Pack tokenized sequences into rows of ``capacity`` (Lesson 9, §5): the
+    :class:`Packing` and the (n_rows, capacity) input ids, ``pad_id`` after each row's end."""
+    plan = pack_lengths([len(ids) for ids in token_ids], capacity)
+    input_ids = torch.full((plan.n_rows, capacity), pad_id, dtype=torch.long)
+    for ids, (r, o) in zip(token_ids, plan.starts, strict=True):
+        input_ids[r, o : o + len(ids)] = torch.tensor(ids)
+    return plan, input_ids
+
+
+def encode_packed(model, input_ids: torch.Tensor, plan: Packing,
+                  restart_positions: bool = True) -> list[torch.Tensor]:
+    """Run an :class:`~encoderlab.encoder.EncoderModel` on packed rows (Lesson 9, §5).
+
+    The same layers as ``model(input_ids)``, with two changes a packed batch needs: the
+    position ids restart at every sequence (:func:`position_ids`; ``restart_positions=False``
+    counts them from the row's start, the bug this function lets a lesson show) and every
+    block gets the document mask of ``plan`` instead of a padding mask. Returns the last
+    hidden state of each sequence, (n_i, d), in the original order.
+    """
+    emb = model.embeddings
+    if restart_positions:
+        pos = position_ids(plan)  # (R, n): 0 .. n_i - 1 inside each sequence
+    else:
+        pos = torch.arange(plan.capacity).expand(plan.n_rows, -1)  # (R, n): the row's count
+    h = emb.token(input_ids) + emb.segment(torch.zeros_like(input_ids)) + emb.position(pos)
+    h = emb.dropout(emb.norm(h))  # (R, n, d): H^(0)
+    mask = masks.document(plan.doc_ids)  # (R, 1, n, n): block-diagonal
+    for block in model.blocks:
+        h, _ = block(h, mask, need_weights=False)  # (R, n, d)
+    if model.final_norm is not None:
+        h = model.final_norm(h)
+    return unpack(h, plan)  # one (n_i, d) per sequence

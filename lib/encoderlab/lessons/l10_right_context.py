@@ -38,7 +38,7 @@ __all__ = ["KeyedShiftTask", "SingleStackLM", "WIRINGS", "SEEDS", "build_model",
 PAD, BOS, EOS = 0, 1, 2
 N_SPECIALS = 3
 WIRINGS = ("encoder-decoder", "prefix-lm", "decoder-only")
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3, 4, 5)
 SIZES = dict(d_model=32, n_heads=2, d_ff=64)  # the encoder–decoder's; 2 + 2 blocks
 STEPS = 300
 EVAL_EVERY = 25

@@ -8,8 +8,13 @@ A lesson's check cell passes the learner's function itself, not its result::
 Each checker calls the function on chosen and random cases (fixed seed) and compares its answers
 with the library's reference. When they differ, it tries the usual wrong versions (a missing
 scale, a softmax over the wrong axis, an inverted mask, ...) and reports the one that reproduces
-the learner's answers, in one sentence, as a :class:`CheckFailed`; when none fits, it says where
-and by how much the answers differ. On success it prints one line and returns True.
+the learner's answers as a :class:`CheckFailed`; when none fits, it says where and by how much
+the answers differ. On success it prints one line and returns True.
+
+A failure first says only what is wrong, so that the learner can still work out the fix, and ends
+with a line saying how to see it: the same check with ``hint=True`` adds the one-line fix::
+
+    checks.check_attention(my_attention, hint=True)
 
 The loop is written once, in :mod:`.harness`; each lesson's checkers (its cases, reference and
 named mistakes) are in their own module, ``l01`` ... ``l10``, re-exported here in lesson order.
@@ -55,7 +60,7 @@ from encoderlab.course.checks.l08 import (
     check_recall_at_k,
     check_rerank_top_k,
 )
-from encoderlab.course.checks.l09 import check_online_softmax
+from encoderlab.course.checks.l09 import check_online_softmax, check_tiled_backward
 from encoderlab.course.checks.l10 import check_cached_greedy, check_prefix_lm_mask
 
 __all__ = [
@@ -97,6 +102,7 @@ __all__ = [
     "check_rerank_top_k",
     # Lesson 9
     "check_online_softmax",
+    "check_tiled_backward",
     # Lesson 10
     "check_prefix_lm_mask",
     "check_cached_greedy",

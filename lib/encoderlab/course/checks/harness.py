@@ -11,10 +11,23 @@ fits. :func:`run` does the rest, the same way for every exercise:
 4. compare with the reference; if every case agrees, print one line and return True;
 5. otherwise name the first mistake whose wrong version reproduces the learner's answers, or fall
    back to a message that says where and by how much the answers differ.
+
+Every message comes in two parts, so that a learner can still work the fix out: the *diagnosis*
+(what is wrong: which case, what was expected and what came back, which usual mistake it looks
+like) and the one-line *fix*. A check function is wrapped in :func:`checker`, which gives it a
+keyword ``hint=False``: the first pass shows the diagnosis and a last line saying how to see the
+fix; ``hint=True`` adds the fix. A message is written as a :data:`Message`: a diagnosis alone, or
+a pair ``(diagnosis, fix)``; a named mistake is ``(diagnosis, fix, wrong)``.
+
+Two wrappers put rules around the learner's function before :func:`run` calls it:
+:func:`forbidding` fails a call to a function the exercise asks the learner to write (Lesson 3's
+attention, Lesson 4's block), :func:`leaving_inputs` fails a change of an argument in place.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,11 +39,18 @@ import torch
 
 __all__ = [
     "CheckFailed",
+    "Message",
+    "FIX_PREFIX",
+    "checker",
+    "diagnosis_only",
     "Exercise",
     "Attempt",
     "run",
     "require_callable",
     "call",
+    "forbidding",
+    "ForbiddenCall",
+    "leaving_inputs",
     "name_of",
     "success",
     "as_tensor",
@@ -47,8 +67,76 @@ ATOL, RTOL = 1e-5, 1e-4  # float32 rounding, with room for a different order of 
 _CHECKS_FOLDER = Path(__file__).resolve().parent  # frames in these files are not the learner's
 
 
+FIX_PREFIX = "Fix: "  # begins the fix's line in a message shown with hint=True
+_STUCK = "Stuck? {call} shows the fix."  # the last line of a first-pass message that has a fix
+
+Message = str | tuple[str, str]  # a diagnosis, or (diagnosis, one-line fix)
+
+
 class CheckFailed(AssertionError):
-    """A checker found a mistake; the message says what is wrong and how to fix it."""
+    """A checker found a mistake: ``diagnosis`` says what is wrong, ``fix`` (possibly empty) how
+    to put it right, in one line.
+
+    Raised from inside a check, its text is the diagnosis and the fix; the check function's
+    :func:`checker` wrapper raises it again with the text the learner asked for (``hint``).
+    """
+
+    def __init__(self, diagnosis: str, fix: str = "", *, text: str | None = None):
+        self.diagnosis = diagnosis
+        self.fix = fix
+        super().__init__(text if text is not None else _with_fix(diagnosis, fix))
+
+    @classmethod
+    def of(cls, message: Message) -> CheckFailed:
+        """The failure that a :data:`Message` (a diagnosis, or a pair) describes."""
+        return cls(message) if isinstance(message, str) else cls(*message)
+
+    def told(self, check: str, fn, hint: bool) -> CheckFailed:
+        """The same failure, worded for the learner: with the fix if ``hint``, else with a last
+        line that says how to see it (``check``: the check function's name)."""
+        if hint or not self.fix:
+            text = _with_fix(self.diagnosis, self.fix)
+        else:
+            who = name_of(fn) if callable(fn) else "your_function"
+            text = f"{self.diagnosis}\n" + _STUCK.format(call=f"{check}({who}, hint=True)")
+        return CheckFailed(self.diagnosis, self.fix, text=text)
+
+
+def _with_fix(diagnosis: str, fix: str) -> str:
+    return f"{diagnosis}\n{FIX_PREFIX}{fix}" if fix else diagnosis
+
+
+def diagnosis_only(text: str) -> str:
+    """A check's message without its second-look lines (the fix, or how to see it): what a
+    report keeps."""
+    lines = text.split("\n")
+    prefix, suffix = _STUCK.split("{call}")
+    while len(lines) > 1 and (lines[-1].startswith(FIX_PREFIX)
+                              or (lines[-1].startswith(prefix) and lines[-1].endswith(suffix))):
+        lines.pop()
+    return "\n".join(lines)
+
+
+def checker(check: Callable[..., bool]) -> Callable[..., bool]:
+    """Give a check function its two passes: ``check(fn, ..., hint=False)``.
+
+    A failure first says what is wrong, ending with a line on how to see the fix; called again
+    with ``hint=True``, the same check adds the one-line fix. Success is unchanged.
+    """
+
+    @functools.wraps(check)
+    def with_hint(fn, *args, hint: bool = False, **kwargs):
+        try:
+            return check(fn, *args, **kwargs)
+        except CheckFailed as failure:
+            raise failure.told(check.__name__, fn, hint) from None
+
+    signature = inspect.signature(check)
+    keyword = inspect.Parameter("hint", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                annotation=bool)
+    with_hint.__signature__ = signature.replace(
+        parameters=[*signature.parameters.values(), keyword])
+    return with_hint
 
 
 # --- The exercise and its run --------------------------------------------------------------------
@@ -78,15 +166,16 @@ class Exercise:
     cases: Callable[[], list[tuple]]  # the cases, built afresh (fixed seed) on every run
     reference: Callable  # reference(*case): the right answer, comparable with an answer
     describe: Callable[..., str]  # describe(*case): the case in words
-    fallback: Callable[[Attempt], str]  # the message when no named mistake fits
-    mistakes: Sequence[tuple[str, Callable]] = ()  # (message, wrong(*inputs)) in order of trial
+    fallback: Callable[[Attempt], Message]  # the message when no named mistake fits
+    # (diagnosis, fix, wrong(*inputs)) in order of trial; (message, wrong) is read too
+    mistakes: Sequence[tuple] = ()
     arguments: Callable[..., tuple] = _unchanged  # arguments(*case): what the learner receives
     answer: Callable = _as_returned  # answer(result, where, *case): the value to compare
     review: Callable[[list, list], list] | None = None  # review(answers, cases), all at once
     same: Callable[[Any, Any], bool] = torch.equal  # same(answer, reference)
     same_mistake: Callable[[Any, Any], bool] | None = None  # same(answer, wrong's); default same
     mistake_inputs: Callable[..., tuple] = _unchanged  # mistake_inputs(*case): a wrong's input
-    notice: Callable[[Attempt], str | None] | None = None  # a message tried before the mistakes
+    notice: Callable[[Attempt], Message | None] | None = None  # tried before the mistakes
     numbered: bool = False  # name cases "case k (...)" rather than by their contents
 
     def where(self, k: int, case: tuple) -> str:
@@ -132,10 +221,10 @@ def run(exercise: Exercise, fn: Callable) -> bool:
         return success(exercise.title, fn, len(cases))
     attempt = Attempt(exercise, cases, answers, references, wrong)
     message = exercise.notice(attempt) if exercise.notice is not None else None
-    raise CheckFailed(message or _diagnose(attempt) or exercise.fallback(attempt))
+    raise CheckFailed.of(message or _diagnose(attempt) or exercise.fallback(attempt))
 
 
-def _diagnose(attempt: Attempt) -> str | None:
+def _diagnose(attempt: Attempt) -> Message | None:
     """The message of the first known mistake that reproduces the learner's answers.
 
     A mistake that matches on every case is the surest diagnosis; failing that, one that matches
@@ -145,9 +234,9 @@ def _diagnose(attempt: Attempt) -> str | None:
     same = exercise.same_mistake or exercise.same
     inputs = [exercise.mistake_inputs(*case) for case in attempt.cases]
     for subset in (range(len(inputs)), attempt.wrong):
-        for message, mistake in exercise.mistakes:
+        for *message, mistake in exercise.mistakes:
             if all(same(attempt.answers[k], mistake(*inputs[k])) for k in subset):
-                return message
+                return message[0] if len(message) == 1 else tuple(message)
     return None
 
 
@@ -176,11 +265,86 @@ def call(fn: Callable, args: tuple, where: str):
     """Call the learner's function; any exception becomes a CheckFailed naming the case."""
     try:
         return fn(*args)
+    except CheckFailed:  # already worded, by a guard around fn (forbidding)
+        raise
     except Exception as error:  # the learner's bug, reported in words rather than a raw traceback
         line = _learner_line(error)
         raise CheckFailed(
             f"your function raised {type(error).__name__}: {error} (on {where}{line})"
         ) from None
+
+
+class ForbiddenCall(Exception):
+    """Raised by a function that an exercise forbids, while the learner's function runs."""
+
+
+def forbidding(fn: Callable, forbidden: Sequence[tuple[Any, str, str]], fix: str) -> Callable:
+    """``fn`` run with the functions an exercise asks the learner to write themselves forbidden.
+
+    ``forbidden`` lists ``(owner, attribute, name in messages)``, e.g.
+    ``(F, "scaled_dot_product_attention", "F.scaled_dot_product_attention")``. While ``fn`` runs,
+    each one, and any name in ``fn``'s own module (a notebook's namespace) bound to the same
+    object, is replaced by a stub that notes the call and raises :class:`ForbiddenCall`; all are
+    restored afterwards. A noted call fails the check even if ``fn`` caught the exception:
+    "you called X, which this exercise asks you to write yourself", with ``fix``.
+    """
+    namespace = getattr(fn, "__globals__", {})
+
+    def refuse(name, called):
+        def stub(*args, **kwargs):
+            called.append(name)
+            raise ForbiddenCall(f"{name} is not allowed in this exercise")
+        return stub
+
+    @functools.wraps(fn)
+    def guarded(*args):
+        called, saved = [], []
+        try:
+            for owner, attribute, name in forbidden:
+                original = getattr(owner, attribute)
+                saved.append((owner, attribute, original))
+                setattr(owner, attribute, refuse(name, called))
+                for key, value in list(namespace.items()):
+                    if value is original:
+                        saved.append((namespace, key, original))
+                        namespace[key] = refuse(name, called)
+            try:
+                result = fn(*args)
+            except Exception:  # ForbiddenCall, or what followed a caught one
+                if not called:
+                    raise
+                result = None
+        finally:
+            for owner, attribute, original in reversed(saved):
+                if isinstance(owner, dict):
+                    owner[attribute] = original
+                else:
+                    setattr(owner, attribute, original)
+        if called:
+            raise CheckFailed(f"you called {called[0]}, which this exercise asks you to write "
+                              "yourself.", fix)
+        return result
+
+    return guarded
+
+
+def leaving_inputs(fn: Callable, names: Sequence[str]) -> Callable:
+    """``fn`` checked for leaving its tensor arguments as they were: changing one in place fails
+    ("your function changed input_ids in place"), since its caller still needs it. ``names``
+    are the arguments' names in messages, in order. Wrap the learner's function last, outside
+    :func:`forbidding` (which reads the learner's own module from ``fn``)."""
+
+    @functools.wraps(fn)
+    def careful(*args):
+        before = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+        result = fn(*args)
+        for name, old, new in zip(names, before, args, strict=False):
+            if old is not None and not torch.equal(old, new):
+                raise CheckFailed(f"your function changed {name} in place.",
+                                  f"work on a copy: {name}.clone().")
+        return result
+
+    return careful
 
 
 def require_callable(fn) -> None:
@@ -204,9 +368,8 @@ def as_tensor(value, what: str) -> torch.Tensor:
     try:
         return torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError):
-        raise CheckFailed(
-            f"your function returned a {type(value).__name__}, not a tensor: return {what}."
-        ) from None
+        raise CheckFailed(f"your function returned a {type(value).__name__}, not a tensor.",
+                          f"return {what}.") from None
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -217,8 +380,9 @@ def close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def differs(attempt: Attempt, noun: str, formula: str, hint: str, *, answer=None,
-            where: str | None = None) -> str:
-    """The last-resort message: no known mistake fits, so say by how much and where.
+            where: str | None = None) -> tuple[str, str]:
+    """The last-resort message: no known mistake fits, so say by how much and where; ``hint``
+    (what to compare, step by step) is its fix.
 
     It reads the first wrong case; ``answer`` replaces the learner's answer there (cleaned up),
     ``where`` the case's description.
@@ -227,7 +391,7 @@ def differs(attempt: Attempt, noun: str, formula: str, hint: str, *, answer=None
     mine = attempt.answers[first] if answer is None else answer
     difference = (mine - attempt.references[first]).abs().max().item()
     where = attempt.where(first) if where is None else where
-    return f"your {noun} differs from {formula} by up to {difference:.3g} on {where}; {hint}"
+    return f"your {noun} differs from {formula} by up to {difference:.3g} on {where}.", hint
 
 
 def short_value(value, limit: int = 60) -> str:
@@ -246,12 +410,15 @@ def require_bool_masks(returned: list[torch.Tensor]) -> None:
         return
     if any(m.is_floating_point() and bool(torch.isinf(m).any()) for m in wrong):
         raise CheckFailed(
-            f"your mask looks additive (0 and -inf, dtype {wrong[0].dtype}); return the boolean "
-            "form, True = may attend: attention turns it into 0 / -inf itself (masks.to_additive)."
+            f"your mask looks additive (0 and -inf, dtype {wrong[0].dtype}), but masks in this "
+            "course are boolean (True = may attend).",
+            "return the boolean form: attention turns it into 0 / -inf itself "
+            "(masks.to_additive).",
         )
     raise CheckFailed(
         f"your mask has dtype {wrong[0].dtype}, but masks in this course are boolean "
-        "(True = may attend): build it with dtype=torch.bool or convert it with .bool()."
+        "(True = may attend).",
+        "build it with dtype=torch.bool, or convert it with .bool().",
     )
 
 
@@ -292,7 +459,7 @@ def first_mask_difference(attempt: Attempt) -> str:
 
 def square_mask_exercise(*, title: str, cases: Callable[[], list[tuple]], reference: Callable,
                          describe: Callable[..., str], rule: str,
-                         mistakes: Sequence[tuple[str, Callable]]) -> Exercise:
+                         mistakes: Sequence[tuple]) -> Exercise:
     """An exercise whose answer is one (n, n) boolean mask per case (n, ...): Lesson 3's causal
     mask, Lesson 10's prefix-LM mask. ``rule`` says what the mask is, ``{square}`` = (n, n)."""
     return Exercise(

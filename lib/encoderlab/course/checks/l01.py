@@ -7,7 +7,17 @@ from collections.abc import Callable
 
 import torch
 
-from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, close, differs, run
+from encoderlab.course.checks.harness import (
+    CheckFailed,
+    Exercise,
+    as_tensor,
+    checker,
+    close,
+    differs,
+    leaving_inputs,
+    require_callable,
+    run,
+)
 from encoderlab.lessons.l01_probes import cosine_similarity_matrix
 from encoderlab.objectives import IGNORE_INDEX, objective_view
 
@@ -69,27 +79,33 @@ def _masked_shifted(ids, masked):
 
 _LABEL_MISTAKES = [
     ("your next-token labels are the inputs themselves: position t is scored against its own "
-     "token x_t, which it can see, so the model would learn to copy. Position t predicts the "
-     "token after it: labels[:-1] = input_ids[1:], and -100 at the last position.",
+     "token x_t, which it can see, so the model would learn to copy.",
+     "position t predicts the token after it: labels[:-1] = input_ids[1:], and -100 at the last.",
      _only_for("next-token", lambda ids, _m: ids.clone())),
     ("you label position t with its own token x_t (labels = input_ids with the first ignored, "
-     "the convention of libraries that shift inside the loss). Here labels[t] is what the "
-     "prediction at t is scored against: x_{t+1}, so shift left, labels[:-1] = input_ids[1:].",
+     "the convention of libraries that shift inside the loss); here labels[t] is what the "
+     "prediction at t is scored against, x_{t+1}.",
+     "shift left: labels[:-1] = input_ids[1:].",
      _only_for("next-token", _own_token_from_1)),
     ("your next-token labels are shifted the wrong way: position t gets x_{t-1}, a token it has "
-     "already seen. It must predict the one after it: labels[:-1] = input_ids[1:].",
+     "already seen, not the one after it.",
+     "labels[:-1] = input_ids[1:].",
      _only_for("next-token", _shift_right)),
-    ("the last position gets x_0 as its label (torch.roll wraps around); nothing follows the "
-     "last token, so its label is -100.",
+    ("the last position gets x_0 as its label (torch.roll wraps around), but nothing follows "
+     "the last token.",
+     "set the last label to -100.",
      _only_for("next-token", lambda ids, _m: torch.roll(ids, -1))),
     ("under the masked objective only the masked positions carry a loss, but your labels cover "
-     "every position: set -100 everywhere except masked_positions.",
+     "every position.",
+     "set -100 everywhere except masked_positions.",
      _only_for("masked", lambda ids, _m: ids.clone())),
     ("your masked-objective labels sit on the positions that were NOT masked, the wrong way "
-     "round: the masked positions carry the loss, everything else is -100.",
+     "round.",
+     "keep the labels at masked_positions and put -100 everywhere else.",
      _only_for("masked", _masked_inverted)),
-    ("your masked-objective labels are shifted by one (x_{t+1}): a masked position predicts its "
-     "own original token, the one [MASK] replaced, so labels[p] = input_ids[p].",
+    ("your masked-objective labels are shifted by one (x_{t+1}), but a masked position predicts "
+     "its own original token, the one [MASK] replaced.",
+     "labels[p] = input_ids[p] at the masked positions.",
      _only_for("masked", _masked_shifted)),
 ]
 
@@ -117,15 +133,19 @@ def _labels_answer(result, where, input_ids, objective, masked_positions) -> tor
     labels = as_tensor(result, "a tensor of n labels, -100 where there is no loss")
     if tuple(labels.shape) != (len(input_ids),):
         raise CheckFailed(
-            f"your labels have shape {tuple(labels.shape)} on {where}; return one label per "
-            f"position, shape (n,) = {(len(input_ids),)}, with -100 where there is no loss."
+            f"your labels have shape {tuple(labels.shape)} on {where}, not one label per "
+            f"position, shape (n,) = {(len(input_ids),)}.",
+            "return a 1-d tensor of n labels, with -100 where there is no loss.",
         )
-    if labels.is_floating_point() and not bool((labels == labels.round()).all()):
-        raise CheckFailed(f"your labels are not whole numbers (token ids) on {where}.")
+    if labels.is_floating_point() or labels.dtype == torch.bool:
+        raise CheckFailed(f"your labels have dtype {labels.dtype} on {where}, but token ids and "
+                          "-100 are integers (cross_entropy wants its targets as torch.long).",
+                          "build them with dtype torch.long, e.g. torch.full_like(input_ids, "
+                          "-100).")
     return labels.long()
 
 
-def _another_fill(attempt) -> str | None:
+def _another_fill(attempt) -> tuple[str, str] | None:
     """Right where there is a loss, but another number than -100 everywhere else."""
     pairs = list(zip(attempt.answers, attempt.references, strict=True))
     fills = {int(v) for out, ref in pairs for v in out[ref == IGNORE_INDEX].unique()}
@@ -134,8 +154,9 @@ def _another_fill(attempt) -> str | None:
     if scored_right and len(fills) == 1 and fills != {IGNORE_INDEX}:
         return (
             f"your labels are right where there is a loss, but you mark the other positions "
-            f"with {fills.pop()}: cross_entropy would score them against that as a token id. It "
-            f"skips only the label {IGNORE_INDEX} (its ignore_index), so use {IGNORE_INDEX} there."
+            f"with {fills.pop()}: cross_entropy would score them against that as a token id; it "
+            f"skips only the label {IGNORE_INDEX} (its ignore_index).",
+            f"use {IGNORE_INDEX} where there is no loss.",
         )
     return None
 
@@ -163,6 +184,7 @@ _LABELS = Exercise(
 )
 
 
+@checker
 def check_objective_labels(fn: Callable) -> bool:
     """Check ``fn(input_ids, objective, masked_positions)`` returns each position's label (§2).
 
@@ -194,23 +216,27 @@ def _cos_unit_rows(x):
 
 
 _COSINE_MISTAKES = [
-    ("your matrix is x @ xᵀ, the raw dot products, which grow with the vectors' lengths: divide "
-     "each row by its own length first (x / x.norm(dim=1, keepdim=True)), then take x @ xᵀ.",
+    ("your matrix is x @ xᵀ, the raw dot products, which grow with the vectors' lengths.",
+     "divide each row by its own length first, x / x.norm(dim=1, keepdim=True), then take x @ xᵀ.",
      lambda x: x @ x.T),
-    ("you normalise over the wrong axis: x.norm(dim=0) is the length of each feature column; "
-     "cosine similarity divides each row (each vector) by its length, x.norm(dim=1, keepdim=True).",
+    ("you normalise over the wrong axis: x.norm(dim=0) is the length of each feature column, "
+     "but cosine similarity divides each row (each vector) by its length.",
+     "use x.norm(dim=1, keepdim=True).",
      lambda x: (x / x.norm(dim=0, keepdim=True)) @ (x / x.norm(dim=0, keepdim=True)).T),
-    ("you normalise only one side of the product; divide both factors' rows by their lengths, "
-     "so that the diagonal is 1.",
+    ("you normalise only one side of the product, so the diagonal is not 1.",
+     "divide both factors' rows by their lengths.",
      lambda x: _cos_unit_rows(x) @ x.T),
-    ("you divide by the norm of the whole matrix (x.norm() with no dim), one number for all rows; "
-     "each row needs its own length, x.norm(dim=1, keepdim=True).",
+    ("you divide by the norm of the whole matrix (x.norm() with no dim), one number for all rows, "
+     "but each row needs its own length.",
+     "use x.norm(dim=1, keepdim=True).",
      lambda x: (x @ x.T) / x.norm() ** 2),
     ("your function returns Euclidean distances (0 on the diagonal, larger = less alike); the "
      "task asks for cosine similarities (1 on the diagonal, larger = more alike).",
+     "normalise the rows to length 1 and take x @ xᵀ.",
      lambda x: torch.cdist(x, x)),
-    ("your function returns the cosine distance 1 - cos (0 on the diagonal); return the "
-     "similarity cos itself, which is 1 on the diagonal.",
+    ("your function returns the cosine distance 1 - cos (0 on the diagonal), not the "
+     "similarity cos (1 on the diagonal).",
+     "return cos itself, without the 1 - .",
      lambda x: 1 - _cos_unit_rows(x) @ _cos_unit_rows(x).T),
 ]
 
@@ -221,8 +247,8 @@ def _cosine_answer(result, where, x) -> torch.Tensor:
     if tuple(matrix.shape) == (d, d):
         raise CheckFailed(
             f"your matrix has shape {(d, d)} for x of shape {(m, d)}: one entry per pair of "
-            "features (columns). Compare the vectors, which are the rows: the result is "
-            f"(m, m) = {(m, m)}, as x @ x.T is."
+            f"features (columns), where (m, m) = {(m, m)} was expected.",
+            "compare the vectors, which are the rows: x @ x.T, not x.T @ x.",
         )
     if tuple(matrix.shape) != (m, m):
         raise CheckFailed(
@@ -249,6 +275,7 @@ _COSINE = Exercise(
 )
 
 
+@checker
 def check_cosine_similarity(fn: Callable) -> bool:
     """Check ``fn(x)`` returns the (m, m) matrix of cos(x_i, x_j) of x's rows (Lesson 1, §4)."""
     return run(_COSINE, fn)
@@ -260,7 +287,7 @@ _PAD_ID, _CLS_ID, _SEP_ID = 0, 101, 102
 
 
 def _batch_variant(input_ids, attention_mask, objective, chosen, mask_id, *, next_label="next_real",
-                   corrupt=True, causal="objective", padding="keys"):
+                   corrupt=True, causal="objective", padding="keys", masked_labels="chosen"):
     """(inputs, labels, sees) of one objective on a right-padded batch, with one switch turned:
     each non-default switch is a known mistake. sees (b, n, n): query i may read key j."""
     b, n = input_ids.shape
@@ -275,16 +302,22 @@ def _batch_variant(input_ids, attention_mask, objective, chosen, mask_id, *, nex
             labels = labels.masked_fill(~real, IGNORE_INDEX)
     else:
         labels[chosen] = input_ids[chosen]  # each chosen position predicts its own token
+        if masked_labels == "every_real":  # a loss on every real position, chosen or not
+            labels = input_ids.masked_fill(~real, IGNORE_INDEX)
         if corrupt:
             inputs[chosen] = mask_id  # ... which the input no longer shows
     is_causal = (objective == "next-token") if causal == "objective" else causal == "always"
     sees = torch.ones(b, n, n, dtype=torch.bool)
     if is_causal:
         sees = sees & torch.ones(n, n, dtype=torch.bool).tril()
+    elif causal == "anti":  # the upper triangle: each query reads itself and the future
+        sees = sees & torch.ones(n, n, dtype=torch.bool).triu()
     if padding == "keys":
         sees = sees & real[:, None, :]  # hide the [PAD] columns
     elif padding == "queries":
         sees = sees & real[:, :, None]  # hides rows: real tokens still read [PAD]
+    elif padding == "both":  # rows and columns: [PAD] queries read nothing
+        sees = sees & real[:, None, :] & real[:, :, None]
     return inputs, labels, sees
 
 
@@ -298,26 +331,45 @@ def _for(objective: str, **switch):
 
 _BATCH_MISTAKES = [
     ("a position whose next token is [PAD] carries a loss: your next-token labels include [PAD] "
-     "(the last real token and the padding predict it); keep labels[:, t] = input_ids[:, t + 1] "
-     "only where attention_mask[:, t + 1] is 1, and -100 elsewhere.",
+     "(the last real token and the padding predict it).",
+     "keep labels[:, t] = input_ids[:, t + 1] only where attention_mask[:, t + 1] is 1, -100 "
+     "elsewhere.",
      _for("next-token", next_label="all")),
     ("your last real token is scored against [PAD]: you kept the labels where the position itself "
-     "is real, but what matters is whether the *next* token is real, attention_mask[:, 1:].",
+     "is real, but what matters is whether the *next* token is real.",
+     "keep the labels where attention_mask[:, 1:] is 1.",
      _for("next-token", next_label="own_real")),
     ("your masked inputs still show the chosen tokens, so each label is in view and the model "
-     "only has to copy it: replace input_ids at the chosen positions by mask_id.",
+     "only has to copy it.",
+     "replace input_ids at the chosen positions by mask_id.",
      _for("masked", corrupt=False)),
+    ("your masked-objective labels cover every real position, but only the chosen ones carry "
+     "a loss: the others are in view, so predicting them is copying.",
+     "keep input_ids at the chosen positions and -100 everywhere else.",
+     _for("masked", masked_labels="every_real")),
     ("your next-token visibility is bidirectional: position t reads x_{t+1}, its own label (the "
-     "leak of §2); the decoder's sees is causal, key j <= query i, and hides [PAD] keys.",
+     "leak of §2).",
+     "make the decoder's sees causal, key j <= query i, and hide the [PAD] keys.",
      _for("next-token", causal="never")),
     ("your masked-objective visibility is causal, but the encoder reads the whole corrupted "
-     "sequence: every real key, before and after the position (no causal mask).",
+     "sequence.",
+     "let every query see every real key, before and after it (no causal mask).",
      _for("masked", causal="always")),
     ("your visibility hides [PAD] rows (queries) instead of [PAD] columns (keys), so real tokens "
-     "still read the padding: use attention_mask[:, None, :], the key axis last.",
+     "still read the padding.",
+     "use attention_mask[:, None, :], the key axis last.",
      lambda *case: _batch_variant(*case, padding="queries")),
-    ("your visibility ignores the attention_mask: real tokens read the [PAD] keys; hide every "
-     "key j whose attention_mask is 0.",
+    ("your next-token visibility is anti-causal (the upper triangle, torch.triu): query i "
+     "reads itself and the keys j > i, the future, including its own label.",
+     "keep the keys j <= i, the lower triangle (torch.tril), and hide the [PAD] keys.",
+     _for("next-token", causal="anti")),
+    ("your visibility hides the [PAD] queries (rows) as well as the [PAD] keys; the exercise "
+     "lets a [PAD] query read the real keys like any other query (its output is never used), "
+     "and hides only the keys.",
+     "hide the keys only: combine with attention_mask[:, None, :], not with the rows.",
+     lambda *case: _batch_variant(*case, padding="both")),
+    ("your visibility ignores the attention_mask: real tokens read the [PAD] keys.",
+     "hide every key j whose attention_mask is 0.",
      lambda *case: _batch_variant(*case, padding="none")),
 ]
 
@@ -353,8 +405,8 @@ def _describe_batch(input_ids, attention_mask, objective, chosen, mask_id) -> st
 
 def _batch_answer(result, where, input_ids, attention_mask, objective, chosen, mask_id):
     if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise CheckFailed(f"your function returned {type(result).__name__}; return the triple "
-                          "(inputs, labels, sees).")
+        raise CheckFailed(f"your function returned {type(result).__name__}, not a triple.",
+                          "return the triple (inputs, labels, sees).")
     b, n = input_ids.shape
     inputs = as_tensor(result[0], "inputs, a (b, n) tensor of token ids").cpu()
     labels = as_tensor(result[1], "labels, a (b, n) tensor, -100 where there is no loss").cpu()
@@ -364,13 +416,15 @@ def _batch_answer(result, where, input_ids, attention_mask, objective, chosen, m
             raise CheckFailed(f"your {name} have shape {tuple(t.shape)} on {where}; they must have "
                               f"the shape of input_ids, {(b, n)}.")
     if sees.dtype != torch.bool:
-        raise CheckFailed(f"your sees has dtype {sees.dtype}; return a boolean tensor, True = "
-                          "query i may read key j.")
+        raise CheckFailed(f"your sees has dtype {sees.dtype}, but it must be boolean, True = "
+                          "query i may read key j.", "build it with dtype=torch.bool or .bool().")
     try:
         sees = sees.expand(b, n, n)
     except RuntimeError:
         raise CheckFailed(f"your sees has shape {tuple(sees.shape)} on {where}; it must be "
-                          f"(b, n, n) = {(b, n, n)}: batch, query, key.") from None
+                          f"(b, n, n) = {(b, n, n)}: batch, query, key.",
+                          "build sees without a head axis, one (n, n) table per sequence."
+                          ) from None
     return inputs.long(), labels.long(), sees
 
 
@@ -378,16 +432,33 @@ def _same_triple(mine, right) -> bool:
     return all(torch.equal(a, r) for a, r in zip(mine, right, strict=True))
 
 
-def _batch_fallback(attempt) -> str:
+_BATCH_FIXES = {
+    "inputs": "inputs are input_ids with mask_id at the chosen positions (masked objective), "
+              "input_ids unchanged for next-token.",
+    "labels": "next-token: labels[:, t] = input_ids[:, t + 1] where attention_mask[:, t + 1] "
+              "is 1; masked: input_ids at the chosen positions; -100 everywhere else.",
+    "sees": "sees[b, i, j] is True when key j is real (attention_mask 1) and, for next-token "
+            "only, j <= i; a [PAD] query reads the real keys like any other query.",
+}
+
+
+def _batch_fallback(attempt) -> tuple[str, str]:
     k = attempt.first
+    attention_mask = attempt.cases[k][1]
     for name, mine, right in zip(("inputs", "labels", "sees"), attempt.answers[k],
                                  attempt.references[k], strict=True):
         if not torch.equal(mine, right):
             index = tuple(int(x) for x in (mine != right).nonzero()[0])
             place = ("row {}, query {}, key {}" if name == "sees" else "row {}, position {}")
+            where = place.format(*index)
+            if name == "sees":  # say which of the two is [PAD]
+                pads = [f"{role} {i} is [PAD]" for role, i in (("query", index[1]),
+                                                               ("key", index[2]))
+                        if attention_mask[index[0], i] == 0]
+                where += f" ({', '.join(pads)})" if pads else ""
             return (f"your {name} differ from the reference on {attempt.where(k)}, first at "
-                    f"{place.format(*index)}: yours {mine[index].item()}, expected "
-                    f"{right[index].item()}.")
+                    f"{where}: yours {mine[index].item()}, expected {right[index].item()}.",
+                    _BATCH_FIXES[name])
     return "your answer differs from the reference."
 
 
@@ -405,8 +476,11 @@ _BATCH = Exercise(
 )
 
 
+@checker
 def check_batch_objective(fn: Callable) -> bool:
     """Check ``fn(input_ids, attention_mask, objective, chosen, mask_id)`` returns ``(inputs,
     labels, sees)`` of the next-token or masked objective on a right-padded batch (Lesson 1, §2).
+    Changing ``input_ids`` (or another argument) in place fails.
     """
-    return run(_BATCH, fn)
+    require_callable(fn)
+    return run(_BATCH, leaving_inputs(fn, ("input_ids", "attention_mask", "objective", "chosen")))

@@ -4,11 +4,19 @@ loop (§3), and framing a text or a pair with [CLS]/[SEP] and segment ids (§4).
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from functools import cache, partial
 
 import torch
 
-from encoderlab.course.checks.harness import CheckFailed, Exercise, run, short_value
+from encoderlab.course.checks.harness import (
+    CheckFailed,
+    Exercise,
+    Message,
+    checker,
+    run,
+    short_value,
+)
 from encoderlab.lessons import l02_vocab
 from encoderlab.tokenizer import UNK, WordPieceTokenizer, wordpiece
 from encoderlab.validate import is_int
@@ -60,32 +68,39 @@ def _wordpiece_variant(word, vocab, *, longest=True, lookup_prefix="##", keep_pr
 
 
 _WORDPIECE_MISTAKES = [
-    ("you take the shortest piece that is in the vocabulary; WordPiece is greedy longest-match: "
+    ("you take the shortest piece that is in the vocabulary, but WordPiece is greedy "
+     "longest-match.",
      "from each position try the longest remaining substring first and shorten it one "
      "character at a time until the vocabulary has it.",
      partial(_wordpiece_variant, longest=False)),
-    ("you look up the pieces after the first without the '##' prefix: inside a word, the "
-     "vocabulary stores continuations as '##' + piece, so look up '##' + word[start:end] "
-     "whenever start > 0 (and return it with its '##').",
+    ("you look up the pieces after the first without the '##' prefix, but inside a word the "
+     "vocabulary stores continuations as '##' + piece.",
+     "look up '##' + word[start:end] whenever start > 0 (and return it with its '##').",
      partial(_wordpiece_variant, lookup_prefix="")),
     ("your pieces after the first lack their '##' prefix: you find '##' + piece in the "
-     "vocabulary but return the piece without it; keep the '##', it is how a continuation is "
-     "told apart from a word of its own.",
+     "vocabulary but return the piece without it, so a continuation cannot be told apart from "
+     "a word of its own.",
+     "return the piece with its '##'.",
      partial(_wordpiece_variant, keep_prefix=False)),
-    ("when no piece fits at some position you return the pieces found so far; the whole word "
-     "must become ['[UNK]'] instead (no partial answer).",
+    ("when no piece fits at some position you return the pieces found so far, a partial "
+     "answer.",
+     "return ['[UNK]'] for the whole word as soon as no piece fits.",
      partial(_wordpiece_variant, on_fail="partial")),
-    ("when no piece fits you put '[UNK]' for that one character and go on; the whole word must "
-     "become ['[UNK]'], a single piece.",
+    ("when no piece fits you put '[UNK]' for that one character and go on, but the whole word "
+     "must become a single piece.",
+     "return ['[UNK]'] for the whole word as soon as no piece fits.",
      partial(_wordpiece_variant, on_fail="char_unk")),
-    ("when no piece fits you skip the character and go on; the whole word must become "
-     "['[UNK]'] instead.",
+    ("when no piece fits you skip the character and go on, but the whole word must become "
+     "['[UNK]'].",
+     "return ['[UNK]'] for the whole word as soon as no piece fits.",
      partial(_wordpiece_variant, on_fail="skip")),
     ("a word longer than 100 characters must be ['[UNK]'] without trying to split it, but yours "
-     "splits it: check len(word) > 100 first.",
+     "splits it.",
+     "check len(word) > 100 first.",
      partial(_wordpiece_variant, max_chars=None)),
-    ("a word of exactly 100 characters is still split; only words longer than 100 characters "
-     "(len(word) > 100) are ['[UNK]'] at once.",
+    ("your function makes a word of exactly 100 characters ['[UNK]'], but it is still split; "
+     "only longer words are ['[UNK]'] at once.",
+     "the test is len(word) > 100, not >= 100.",
      partial(_wordpiece_variant, max_chars=99)),
 ]
 
@@ -125,8 +140,8 @@ def _pieces_of(result, where, word, vocab) -> list[str]:
     """The learner's answer as a list of str, or a CheckFailed saying what to return."""
     if isinstance(result, str):
         raise CheckFailed(
-            f"your function returned the str {result!r} for {where}; return a list of pieces, "
-            f"e.g. ['token', '##ization'], and ['{UNK}'] for an unknown word."
+            f"your function returned the str {result!r} for {where}, not a list of pieces.",
+            f"return a list such as ['token', '##ization'], and ['{UNK}'] for an unknown word.",
         )
     if not isinstance(result, (list, tuple)):
         raise CheckFailed(
@@ -141,12 +156,12 @@ def _pieces_of(result, where, word, vocab) -> list[str]:
     return list(result)
 
 
-def _first_wrong_split(attempt) -> str:
+def _first_wrong_split(attempt) -> tuple[str, str]:
     first = attempt.first
     return (
         f"for {attempt.where(first)} your pieces are {attempt.answers[first]}, but greedy "
-        f"longest-match gives {attempt.references[first]}; compare your loop with "
-        "encoderlab.tokenizer.wordpiece_trace, which records every lookup."
+        f"longest-match gives {attempt.references[first]}.",
+        "compare your loop with encoderlab.tokenizer.wordpiece_trace, which records every lookup.",
     )
 
 
@@ -166,6 +181,7 @@ _WORDPIECE = Exercise(
 )
 
 
+@checker
 def check_wordpiece(fn: Callable) -> bool:
     """Check ``fn(word, vocab)``, greedy longest-match WordPiece for one word (Lesson 2, §2).
 
@@ -179,13 +195,16 @@ def check_wordpiece(fn: Callable) -> bool:
 # --- WordPiece's training loop (Lesson 2, §3) ---------------------------------------------------
 
 
-def _merges_variant(counts, n_merges, *, score="likelihood", prefix="##", strip=True,
-                    recount=True, stale="ranking", tie="smallest", weighted=True):
+def _merges_variant(counts, n_merges, *, score="ratio", prefix="##", strip=True,
+                    recount=True, stale="ranking", tie="smallest", weighted=True,
+                    from_left=True, every=True):
     """WordPiece's merge loop with one switch turned: each non-default switch is a known mistake.
 
     ``recount=False`` counts once, before the loop: ``stale="ranking"`` then takes the first
     ranking's pairs in order, ``stale="repeat"`` merges the same best pair every time.
     ``tie`` is "smallest" (the rule), "largest" or "first" (the first pair met, as ``max`` gives).
+    ``from_left=False`` scans each word from its end; ``every=False`` merges only the first
+    occurrence found. Scores are exact fractions, as in the reference.
     """
     def split(word):
         return tuple(c if i == 0 else prefix + c for i, c in enumerate(word))
@@ -206,7 +225,26 @@ def _merges_variant(counts, n_merges, *, score="likelihood", prefix="##", strip=
     def value(pair, symbols, pairs):
         if score == "frequency":
             return pairs[pair]
-        return pairs[pair] / (symbols[pair[0]] * symbols[pair[1]])
+        return Fraction(pairs[pair], symbols[pair[0]] * symbols[pair[1]])
+
+    def merge(parts, a, b):
+        starts, taken = [], set()
+        scan = range(len(parts) - 1) if from_left else range(len(parts) - 2, -1, -1)
+        for i in scan:
+            if (parts[i], parts[i + 1]) == (a, b) and not {i, i + 1} & taken:
+                starts.append(i)
+                taken |= {i, i + 1}
+                if not every:
+                    break
+        out, i = [], 0
+        while i < len(parts):
+            if i in starts:
+                out.append(join(a, b))
+                i += 2
+            else:
+                out.append(parts[i])
+                i += 1
+        return tuple(out)
 
     def best(symbols, pairs):
         if tie == "first":
@@ -226,50 +264,50 @@ def _merges_variant(counts, n_merges, *, score="likelihood", prefix="##", strip=
         a, b = best(symbols, pairs)
         if not recount and stale == "ranking":
             del pairs[(a, b)]
-        new = {}
-        for word, parts in splits.items():
-            out, i = [], 0
-            while i < len(parts):
-                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == (a, b):
-                    out.append(join(a, b))
-                    i += 2
-                else:
-                    out.append(parts[i])
-                    i += 1
-            new[word] = tuple(out)
-        splits = new
+        splits = {word: merge(parts, a, b) for word, parts in splits.items()}
         merges.append((a, b))
     return merges
 
 
 _MERGES_MISTAKES = [
-    ("you merge the most frequent pair: that is BPE's score. WordPiece divides the pair's count "
-     "by the counts of its two symbols, count(a b) / (count(a) * count(b)), so a frequent pair "
-     "of frequent symbols can lose to a rarer pair whose parts seldom occur apart.",
+    ("you merge the most frequent pair: that is BPE's score, not WordPiece's, where a frequent "
+     "pair of frequent symbols can lose to a rarer pair whose parts seldom occur apart.",
+     "score each pair as count(a b) / (count(a) * count(b)).",
      partial(_merges_variant, score="frequency")),
-    ("your symbols after the first character of a word have no '##': split 'hug' into "
-     "('h', '##u', '##g'), so that a piece inside a word is a different symbol from the same "
-     "letters at a word's start.",
+    ("your symbols after the first character of a word have no '##', so a piece inside a word "
+     "is the same symbol as the same letters at a word's start.",
+     "split 'hug' into ('h', '##u', '##g').",
      partial(_merges_variant, prefix="")),
-    ("your merged symbols keep the second symbol's '##' in the middle ('h##u'); merging a and b "
-     "makes a + b without b's '##': 'h' + '##u' -> 'hu', '##u' + '##g' -> '##ug'.",
+    ("your merged symbols keep the second symbol's '##' in the middle ('h##u').",
+     "merge a and b into a + b without b's '##': 'h' + '##u' -> 'hu', '##u' + '##g' -> '##ug'.",
      partial(_merges_variant, strip=False)),
-    ("you merge the same pair again and again: the counts are made once, before the loop. After "
-     "each merge, count the symbols and pairs again over the merged words.",
+    ("you merge the same pair again and again: the counts are made once, before the loop.",
+     "after each merge, count the symbols and pairs again over the merged words.",
      partial(_merges_variant, recount=False, stale="repeat")),
     ("your merges follow the first ranking: the counts are made once, before the loop, so later "
-     "scores ignore earlier merges. After each merge, count symbols and pairs again.",
+     "scores ignore earlier merges.",
+     "after each merge, count the symbols and pairs again over the merged words.",
      partial(_merges_variant, recount=False, stale="ranking")),
     ("your ties go to the pair met first (what max() over a dict gives); the rule here is the "
-     "highest score, then the smallest pair (a, b) in Python's order, "
+     "highest score, then the smallest pair (a, b) in Python's order.",
      "min(pairs, key=lambda p: (-score(p), p)).",
      partial(_merges_variant, tie="first")),
     ("your ties go to the largest pair; the rule here is the highest score, then the smallest "
-     "pair (a, b) in Python's order, min(pairs, key=lambda p: (-score(p), p)).",
+     "pair (a, b) in Python's order.",
+     "min(pairs, key=lambda p: (-score(p), p)).",
      partial(_merges_variant, tie="largest")),
-    ("you count each distinct word once; every count must be weighted by how often its word "
-     "occurs: a word seen 10 times adds 10 to each of its symbols and pairs.",
+    ("you count each distinct word once, but every count must be weighted by how often its "
+     "word occurs.",
+     "a word seen 10 times adds 10 to each of its symbols and pairs.",
      partial(_merges_variant, weighted=False)),
+    ("you merge each word from its end: where the pair overlaps itself, as ##a ##a does in "
+     "'a ##a ##a ##a', that gives 'a ##a ##aa' instead of 'a ##aa ##a'.",
+     "scan each word from its start and, after a merge, go on after the merged symbol.",
+     partial(_merges_variant, from_left=False)),
+    ("you merge only the first occurrence of the pair in each word, but a word can hold it "
+     "twice ('a ##b ##c ##b ##c' has ##b ##c twice).",
+     "merge every occurrence in the word, left to right, before counting again.",
+     partial(_merges_variant, every=False)),
 ]
 
 
@@ -279,7 +317,9 @@ def _merges_cases() -> list[tuple]:
         ({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 3),
         ({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 8),
         ({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 10),
-        ({"aaaa": 3, "ab": 1}, 4),  # overlapping pairs: 'a a a a' merges left to right
+        ({"aaaa": 3, "ab": 1}, 4),  # one letter repeated: a ##b, then a ##a, aa ##a, aaa ##a
+        ({"aaaa": 3, "a": 100}, 4),  # ##a ##a first, and it overlaps: a ##aa ##a, from the left
+        ({"abcbc": 5, "a": 40}, 4),  # ##b ##c occurs twice in one word: both are merged
         ({"a": 7, "b": 2}, 3),  # single letters: nothing to merge, stop at once
         ({"abc": 1, "bca": 1, "cab": 1}, 20),  # more merges asked than there are pairs
     ]
@@ -298,9 +338,9 @@ def _merges_cases() -> list[tuple]:
 
 def _merges_answer(result, where, counts, n_merges) -> list[tuple[str, str]]:
     if not isinstance(result, (list, tuple)):
-        raise CheckFailed(f"your function returned a {type(result).__name__} on {where}; return "
-                          "the list of merges made, in order, each a pair such as "
-                          "('##u', '##g').")
+        raise CheckFailed(f"your function returned a {type(result).__name__} on {where}, not a "
+                          "list of merges.", "return the list of merges made, in order, each a "
+                          "pair such as ('##u', '##g').")
     merges = []
     for item in result:
         if not (isinstance(item, (list, tuple)) and len(item) == 2
@@ -311,7 +351,7 @@ def _merges_answer(result, where, counts, n_merges) -> list[tuple[str, str]]:
     return merges
 
 
-def _first_wrong_merge(attempt) -> str:
+def _first_wrong_merge(attempt) -> Message:
     first = attempt.first
     counts, _ = attempt.cases[first]
     mine, right = attempt.answers[first], attempt.references[first]
@@ -319,24 +359,44 @@ def _first_wrong_merge(attempt) -> str:
                                                                            len(right)))
     if k >= len(right):
         return (f"on {attempt.where(first)} you make {len(mine)} merges where the reference "
-                f"makes {len(right)}: stop when n_merges are made or no pair is left.")
+                f"makes {len(right)}.", "stop when n_merges are made or no pair is left.")
     if k >= len(mine):
         return (f"on {attempt.where(first)} you stop after {len(mine)} merges, but the "
-                f"reference goes on to {len(right)}: merge until n_merges are made or no "
-                "pair is left.")
-    splits = {w: l02_vocab.split_word(w) for w in counts}  # the state before merge k
+                f"reference goes on to {len(right)}.",
+                "merge until n_merges are made or no pair is left.")
+    # The words after the first k merges (the same in both lists), merged as the reference
+    # merges: every occurrence, left to right.
+    splits = {w: l02_vocab.split_word(w) for w in counts}
     for a, b in right[:k]:
         splits = {w: l02_vocab.apply_merge(p, a, b) for w, p in splits.items()}
     symbols, pairs = l02_vocab.count_symbols_and_pairs(splits, counts)
+    where = f"on {attempt.where(first)}, merge {k + 1}"
+
+    def exact(pair):
+        return Fraction(pairs[pair], symbols[pair[0]] * symbols[pair[1]])
 
     def score(pair):
-        if pair not in pairs:
-            return "not an adjacent pair there"
-        return f"score {pairs[pair]}/({symbols[pair[0]]}·{symbols[pair[1]]})"
+        return f"score {pairs[pair]}/({symbols[pair[0]]}·{symbols[pair[1]]}) = {exact(pair)}"
 
-    return (f"on {attempt.where(first)}, merge {k + 1}: you merge {mine[k]} "
-            f"({score(mine[k])}), but the reference merges {right[k]} ({score(right[k])}); "
-            "the merges before it agree.")
+    if mine[k] not in pairs:
+        return (f"{where}: you merge {mine[k]}, but after the {k} merges before it, applied to "
+                f"every occurrence left to right, no word has {mine[k][0]!r} directly followed "
+                f"by {mine[k][1]!r}; the reference merges {right[k]} ({score(right[k])}). Your "
+                "merges so far agree with the reference's, so your function must apply them "
+                "to the words differently.",
+                "after choosing (a, b), replace every a b in every word, scanning each word "
+                "from its start, then count again.")
+    if exact(mine[k]) == exact(right[k]):
+        return (f"{where}: you merge {mine[k]}, the reference {right[k]}; the two tie exactly "
+                f"({score(mine[k])}; {score(right[k])}), and a tie goes to the smallest pair "
+                "(a, b), the reference's. A score computed with two roundings, such as "
+                "count(a b) / count(a) / count(b), can make equal scores unequal.",
+                "compute each score with one division, count(a b) / (count(a) * count(b)), or "
+                "as a fractions.Fraction, so that equal scores compare equal.")
+    return (f"{where}: you merge {mine[k]} ({score(mine[k])}), but the reference merges "
+            f"{right[k]} ({score(right[k])}), the highest score; the merges before it agree.",
+            "print every pair's count(a b), count(a) and count(b) at this merge: the pair with "
+            "the highest count(a b) / (count(a) * count(b)) wins, ties to the smallest (a, b).")
 
 
 _MERGES = Exercise(
@@ -353,14 +413,16 @@ _MERGES = Exercise(
 )
 
 
+@checker
 def check_wordpiece_merges(fn: Callable) -> bool:
     """Check ``fn(counts, n_merges)`` -> the merges WordPiece's training makes (Lesson 2, §3).
 
     ``counts`` maps each word to how often it occurs. Words start as characters, ``##`` before
     each after the first; each step merges the pair with the highest
-    ``count(a b) / (count(a) * count(b))`` (ties: the smallest ``(a, b)``) into
-    ``a + b`` without ``b``'s ``##``, and records ``(a, b)``; stop after ``n_merges`` or when no
-    pair is left.
+    ``count(a b) / (count(a) * count(b))`` (the score the Hugging Face course uses; compared
+    exactly, ties to the smallest ``(a, b)``) into ``a + b`` without ``b``'s ``##``, at every
+    occurrence, left to right, and records ``(a, b)``; stop after ``n_merges`` or when no pair is
+    left. A learner whose choice differs from the reference's only by an exact tie is told so.
     """
     return run(_MERGES, fn)
 
@@ -396,26 +458,30 @@ def _framed(a, b=None, *, cls=True, middle_sep=True, final_sep=True, first_sep_s
 
 
 _BUILD_MISTAKES = [
-    ("your sequence does not start with [CLS] (id 101); every input, one text or a pair, "
-     "begins with it: [CLS] A [SEP] or [CLS] A [SEP] B [SEP].",
+    ("your sequence does not start with [CLS] (id 101), but every input, one text or a pair, "
+     "begins with it.",
+     "[CLS] A [SEP], or [CLS] A [SEP] B [SEP].",
      partial(_framed, cls=False)),
-    ("your pair has no [SEP] between the two texts: [CLS] A [SEP] B [SEP], a [SEP] after each "
-     "text.",
+    ("your pair has no [SEP] between the two texts.",
+     "[CLS] A [SEP] B [SEP]: a [SEP] after each text.",
      partial(_framed, middle_sep=False)),
-    ("your sequence does not end with [SEP] (id 102): one text is [CLS] A [SEP], a pair "
-     "[CLS] A [SEP] B [SEP].",
+    ("your sequence does not end with [SEP] (id 102).",
+     "one text is [CLS] A [SEP], a pair [CLS] A [SEP] B [SEP].",
      partial(_framed, final_sep=False)),
-    ("[CLS] and [SEP] are swapped: [CLS] is id 101 and goes first, [SEP] is id 102 and closes "
-     "each text.",
+    ("[CLS] and [SEP] are swapped in your sequence.",
+     "[CLS] is id 101 and goes first, [SEP] is id 102 and closes each text.",
      partial(_framed, cls_id=_SEP_ID, sep_id=_CLS_ID)),
-    ("the first [SEP] is in segment 1 in your answer; it closes text A, so it belongs to "
-     "segment 0: s_i = 0 from [CLS] up to and including the first [SEP].",
+    ("the first [SEP] is in segment 1 in your answer, but it closes text A, so it belongs to "
+     "segment 0.",
+     "s_i = 0 from [CLS] up to and including the first [SEP].",
      partial(_framed, first_sep_segment=1)),
-    ("the last [SEP] is in segment 0 in your answer; it closes text B, so it belongs to "
-     "segment 1: s_i = 1 for B and its [SEP].",
+    ("the last [SEP] is in segment 0 in your answer, but it closes text B, so it belongs to "
+     "segment 1.",
+     "s_i = 1 for B and its [SEP].",
      partial(_framed, last_sep_segment=0)),
-    ("your segment ids are 1 and 2; they are 0 for the first text (with [CLS] and its [SEP]) and "
-     "1 for the second: the segment embedding table has 2 rows, indexed 0 and 1.",
+    ("your segment ids are 1 and 2, but the segment embedding table has 2 rows, indexed 0 "
+     "and 1.",
+     "0 for the first text (with [CLS] and its [SEP]), 1 for the second.",
      partial(_framed, offset=1)),
 ]
 
@@ -450,15 +516,15 @@ def _int_list(value, what: str, where: str) -> list[int]:
 def _framing_answer(result, where, a, b) -> tuple[list[int], list[int]]:
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         raise CheckFailed(
-            f"your function returned {short_value(result)} on {where}; return a "
-            "pair (input_ids, token_type_ids), two lists of the same length."
+            f"your function returned {short_value(result)} on {where}, not a pair.",
+            "return (input_ids, token_type_ids), two lists of the same length.",
         )
     ids = _int_list(result[0], "input_ids", where)
     types = _int_list(result[1], "token_type_ids", where)
     if set(ids) <= {0, 1} and _CLS_ID in types:
         raise CheckFailed(
-            "your function returns (token_type_ids, input_ids); return them the other way "
-            "round: (input_ids, token_type_ids)."
+            "your function returns (token_type_ids, input_ids), the wrong way round.",
+            "return (input_ids, token_type_ids).",
         )
     if len(ids) != len(types):
         raise CheckFailed(
@@ -493,6 +559,7 @@ _FRAMING = Exercise(
 )
 
 
+@checker
 def check_build_inputs(fn: Callable) -> bool:
     """Check ``fn(ids_a, ids_b=None)`` -> ``(input_ids, token_type_ids)`` (Lesson 2, §4).
 

@@ -13,7 +13,19 @@ from torch.nn import functional as F
 
 from encoderlab import masks
 from encoderlab.attention import MultiHeadAttention
-from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, close, differs, run
+from encoderlab.course.checks.harness import (
+    CheckFailed,
+    Exercise,
+    Message,
+    as_tensor,
+    checker,
+    close,
+    differs,
+    forbidding,
+    leaving_inputs,
+    require_callable,
+    run,
+)
 from encoderlab.encoder import EncoderBlock, EncoderConfig, count_parameters
 from encoderlab.lessons.l04_inspect_stack import parameter_breakdown
 
@@ -53,41 +65,51 @@ def _layer_norm_variant(x, gain, bias, eps, *, dims=(-1,), eps_where="inside", c
 
 
 _LAYER_NORM_MISTAKES = [
-    ("you normalise over the sequence axis (dim=-2); LayerNorm normalises each token's vector "
-     "on its own, over the last axis (dim=-1, the d features).",
+    ("you normalise over the sequence axis (dim=-2), but LayerNorm normalises each token's "
+     "vector on its own.",
+     "take the mean and variance over the last axis, dim=-1 (the d features).",
      partial(_layer_norm_variant, dims=(-2,))),
-    ("you normalise over the first axis (dim=0); LayerNorm normalises each token's vector on its "
-     "own, over the last axis (dim=-1, the d features).",
+    ("you normalise over the first axis (dim=0), but LayerNorm normalises each token's vector on "
+     "its own.",
+     "take the mean and variance over the last axis, dim=-1 (the d features).",
      partial(_layer_norm_variant, dims=(0,))),
-    ("you normalise with one mean and variance for the whole tensor; LayerNorm takes them per "
-     "token, over the last axis only (dim=-1, keepdim=True).",
+    ("you normalise with one mean and variance for the whole tensor, but LayerNorm takes them "
+     "per token.",
+     "reduce over the last axis only: dim=-1, keepdim=True.",
      lambda x, gain, bias, eps: _layer_norm_variant(x, gain, bias, eps,
                                                     dims=tuple(range(x.dim())))),
-    ("your variance is the unbiased one (divided by d - 1, torch.var's default); LayerNorm "
-     "divides by d: x.var(dim=-1, unbiased=False) or ((x - mean) ** 2).mean(dim=-1).",
+    ("your variance is the unbiased one (divided by d - 1, torch.var's default), but LayerNorm "
+     "divides by d.",
+     "x.var(dim=-1, unbiased=False), or ((x - mean) ** 2).mean(dim=-1).",
      partial(_layer_norm_variant, correction=1)),
     ("you leave eps out: a token whose d values are all equal has variance 0 and gives 0/0 = "
-     "NaN, and small-variance tokens blow up. Divide by sqrt(var + eps).",
+     "NaN, and small-variance tokens blow up.",
+     "divide by sqrt(var + eps).",
      partial(_layer_norm_variant, eps_where="none")),
-    ("you add eps outside the square root, sqrt(var) + eps; LayerNorm uses sqrt(var + eps) "
-     "(it matters for tokens of small variance).",
+    ("you add eps outside the square root, sqrt(var) + eps, which differs for tokens of small "
+     "variance.",
+     "divide by sqrt(var + eps).",
      partial(_layer_norm_variant, eps_where="outside")),
-    ("you divide by the variance; divide by the standard deviation, sqrt(var + eps).",
+    ("you divide by the variance, not by the standard deviation.",
+     "divide by sqrt(var + eps).",
      partial(_layer_norm_variant, power=1.0)),
-    ("you never subtract the mean; LayerNorm centres each token's vector first: x - x.mean(-1).",
+    ("you never subtract the mean, but LayerNorm centres each token's vector first.",
+     "start from x - x.mean(dim=-1, keepdim=True).",
      partial(_layer_norm_variant, center="scale_only")),
-    ("that is RMSNorm (x / sqrt(mean(x**2) + eps), used by many later models), not LayerNorm: "
+    ("that is RMSNorm (x / sqrt(mean(x**2) + eps), used by many later models), not LayerNorm.",
      "subtract the mean and divide by the standard deviation.",
      partial(_layer_norm_variant, center="rms")),
-    ("you return the normalised vector without the learned gain and bias: multiply by gain and "
-     "add bias at the end.",
+    ("you return the normalised vector without the learned gain and bias.",
+     "multiply by gain and add bias at the end.",
      partial(_layer_norm_variant, affine="none")),
-    ("you swapped gain and bias: the output is normalised * gain + bias.",
+    ("you swapped gain and bias.",
+     "the output is normalised * gain + bias.",
      partial(_layer_norm_variant, affine="swapped")),
-    ("you add the bias but never use the gain: multiply the normalised vector by gain, then "
-     "add bias (normalised * gain + bias).",
+    ("you add the bias but never use the gain.",
+     "multiply the normalised vector by gain, then add bias: normalised * gain + bias.",
      partial(_layer_norm_variant, affine="bias_only")),
-    ("you multiply by the gain but never add the bias: the output is normalised * gain + bias.",
+    ("you multiply by the gain but never add the bias.",
+     "the output is normalised * gain + bias.",
      partial(_layer_norm_variant, affine="gain_only")),
 ]
 
@@ -117,18 +139,19 @@ def _layer_norm_answer(result, where, x, gain, bias, eps) -> torch.Tensor:
     if tuple(out.shape) != tuple(x.shape):
         raise CheckFailed(
             f"your output has shape {tuple(out.shape)} but x has shape {tuple(x.shape)} (on "
-            f"{where}); LayerNorm keeps the shape: keep the reduced axis with keepdim=True."
+            f"{where}); LayerNorm keeps the shape.",
+            "keep the reduced axis with keepdim=True.",
         )
     return out.double()
 
 
-def _layer_norm_fallback(attempt) -> str:
+def _layer_norm_fallback(attempt) -> tuple[str, str]:
     with_nan = [k for k in attempt.wrong if torch.isnan(attempt.answers[k]).any()]
     if with_nan:
         return (
             f"your output has NaN on {attempt.where(with_nan[0])}, where the "
-            "reference has none: a token of constant values has variance 0; add eps inside the "
-            "square root."
+            "reference has none: a token of constant values has variance 0.",
+            "add eps inside the square root.",
         )
     return differs(
         attempt, "output", "(x - mean) / sqrt(var + eps) * gain + bias",
@@ -151,6 +174,7 @@ _LAYER_NORM = Exercise(
 )
 
 
+@checker
 def check_layer_norm(fn: Callable) -> bool:
     """Check ``fn(x, gain, bias, eps)``, LayerNorm over the last axis of ``x`` (Lesson 4, §2).
 
@@ -164,7 +188,7 @@ def check_layer_norm(fn: Callable) -> bool:
 
 
 def _count_variant(
-    c, *, biases=True, layer_norm=2, positions=True, segments=True, attention_matrices=4,
+    c, *, biases=True, layer_norm=2, positions=True, segments="config", attention_matrices=4,
     times_heads=False, d_ff=None, pooler="config", final_norm="config", blocks="L",
     embeddings=True, mlp_matrices=2,
 ):
@@ -173,7 +197,8 @@ def _count_variant(
     f = c.d_ff if d_ff is None else d_ff(c)
     bias = 1 if biases else 0
     ln = layer_norm * d  # one LayerNorm: gain and bias, 2d
-    emb = V * d + (c.n_max * d if positions else 0) + (c.n_segments * d if segments else 0) + ln
+    n_segments = c.n_segments if segments == "config" else segments  # "config", or a number
+    emb = V * d + (c.n_max * d if positions else 0) + n_segments * d + ln
     attention = attention_matrices * (d * d + bias * d) * (h if times_heads else 1)
     mlp = (d * f + bias * f) + ((f * d + bias * d) if mlp_matrices == 2 else 0)
     block = attention + mlp + 2 * ln
@@ -189,50 +214,67 @@ def _count_variant(
 
 
 _COUNT_MISTAKES = [
-    ("you left out the biases: every nn.Linear (W_Q, W_K, W_V, W_O, both MLP layers, the pooler) "
-     "also has a bias vector of its output width.",
+    ("you left out the biases.",
+     "every nn.Linear (W_Q, W_K, W_V, W_O, both MLP layers, the pooler) also has a bias vector "
+     "of its output width.",
      partial(_count_variant, biases=False)),
-    ("you left out the LayerNorms: each has a gain and a bias of d numbers, one after the "
-     "embeddings and two in every block (plus a final one in a pre-LN stack).",
+    ("you left out the LayerNorms.",
+     "each has a gain and a bias of d numbers: one after the embeddings, two in every block (plus "
+     "a final one in a pre-LN stack).",
      partial(_count_variant, layer_norm=0)),
-    ("you count d parameters per LayerNorm, but each has two vectors of d: a gain and a bias.",
+    ("you count d parameters per LayerNorm, one vector where there are two.",
+     "a LayerNorm has a gain and a bias, 2d in all.",
      partial(_count_variant, layer_norm=1)),
-    ("you left out the position embeddings, a learned table of n_max x d.",
+    ("you left out the position embeddings.",
+     "add their learned table, n_max x d.",
      partial(_count_variant, positions=False)),
-    ("you left out the segment embeddings, a table of n_segments x d (s_i in {0, 1}).",
-     partial(_count_variant, segments=False)),
-    ("you left out the position and segment embeddings: the input H^(0) adds three tables "
-     "(token V x d, position n_max x d, segment n_segments x d).",
-     partial(_count_variant, positions=False, segments=False)),
+    ("you left out the segment embeddings.",
+     "add their table, n_segments x d (s_i in {0, 1}).",
+     partial(_count_variant, segments=0)),
+    ("you assume 2 segments (sentence A and sentence B), but the segment table has "
+     "config.n_segments rows.",
+     "use config.n_segments.",
+     partial(_count_variant, segments=2)),
+    ("you left out the position and segment embeddings: the input H^(0) adds three tables.",
+     "token V x d, position n_max x d, segment n_segments x d.",
+     partial(_count_variant, positions=False, segments=0)),
     ("you count only the token embeddings' table and the blocks' weights, not the embedding "
-     "side's other parameters (position and segment tables, embedding LayerNorm).",
-     partial(_count_variant, positions=False, segments=False, layer_norm=0)),
-    ("you count three attention matrices (W_Q, W_K, W_V); there is a fourth, W_O, which mixes "
-     "the concatenated heads, d x d with its bias.",
+     "side's other parameters.",
+     "add the position and segment tables and the embedding LayerNorm.",
+     partial(_count_variant, positions=False, segments=0, layer_norm=0)),
+    ("you count three attention matrices (W_Q, W_K, W_V), but there is a fourth, W_O, which "
+     "mixes the concatenated heads.",
+     "add W_O: d x d with its bias.",
      partial(_count_variant, attention_matrices=3)),
     ("you multiply the attention parameters by the number of heads, but the h heads share the "
-     "d x d matrices: each head owns d_k = d / h of their columns, so W_Q, W_K, W_V, W_O are "
-     "d x d in total.",
+     "d x d matrices: each head owns d_k = d / h of their columns.",
+     "count W_Q, W_K, W_V and W_O once each, d x d in total.",
      partial(_count_variant, times_heads=True)),
-    ("you assume the MLP is 4d wide; use config.d_ff, which need not be 4 * d_model.",
+    ("you assume the MLP is 4d wide, but config.d_ff need not be 4 * d_model.",
+     "use config.d_ff.",
      partial(_count_variant, d_ff=lambda c: 4 * c.d_model)),
-    ("your MLP has one matrix; it has two: up (d -> d_ff) and down (d_ff -> d), each with "
-     "a bias.",
+    ("your MLP has one matrix, where it has two.",
+     "up (d -> d_ff) and down (d_ff -> d), each with a bias.",
      partial(_count_variant, mlp_matrices=1)),
-    ("you forgot the pooler (d x d plus a bias) when config.pooler is True.",
+    ("you forgot the pooler when config.pooler is True.",
+     "add d x d plus a bias.",
      partial(_count_variant, pooler=False)),
     ("you count a pooler even when config.pooler is False.",
+     "count it only if config.pooler.",
      partial(_count_variant, pooler=True)),
-    ("you forgot the final LayerNorm (2d) that a pre-LN stack (config.norm == 'pre') adds "
-     "after its last block.",
+    ("you forgot the final LayerNorm that a pre-LN stack (config.norm == 'pre') adds after its "
+     "last block.",
+     "add 2d when config.norm == 'pre'.",
      partial(_count_variant, final_norm=False)),
-    ("you add a final LayerNorm for a post-LN stack too; only pre-LN stacks have one "
-     "(config.norm == 'pre').",
+    ("you add a final LayerNorm for a post-LN stack too; only pre-LN stacks have one.",
+     "add it only when config.norm == 'pre'.",
      partial(_count_variant, final_norm=True)),
-    ("you count one block; the stack has config.n_layers of them, each with its own weights.",
+    ("you count one block, but the stack has config.n_layers of them, each with its own weights.",
+     "multiply the block's count by config.n_layers.",
      partial(_count_variant, blocks="one")),
-    ("you count only the blocks (and pooler); the embeddings hold parameters too, often the "
-     "largest part (the token table alone is V x d).",
+    ("you count only the blocks (and pooler), but the embeddings hold parameters too, often the "
+     "largest part.",
+     "add the embeddings: the token table alone is V x d.",
      partial(_count_variant, embeddings=False)),
 ]
 
@@ -284,18 +326,19 @@ def _as_count(value, where, config) -> int:
         value = int(value.item())
     if isinstance(value, bool) or not isinstance(value, (Integral, float)):
         raise CheckFailed(
-            f"your function returned a {type(value).__name__} on {where}; return the count as "
-            "an int."
+            f"your function returned a {type(value).__name__} on {where}, not a number.",
+            "return the count as an int.",
         )
     if isinstance(value, float) and not value.is_integer():
         raise CheckFailed(
             f"your function returned {value} on {where}, which is not a whole number: a "
-            "parameter count is an int (use // for any division, e.g. d_k = d // h)."
+            "parameter count is an int.",
+            "use // for any division, e.g. d_k = d // h.",
         )
     return int(value)
 
 
-def _count_fallback(attempt) -> str:
+def _count_fallback(attempt) -> Message:
     """How far off, and which part or smaller piece of the model that difference is."""
     i = attempt.first
     mine, right = attempt.answers, attempt.references
@@ -316,8 +359,9 @@ def _count_fallback(attempt) -> str:
     return (
         f"your count is {mine[i]:,} but EncoderModel has {right[i]:,} parameters for "
         f"{_describe_config(config)}: {'short' if difference > 0 else 'over'} by "
-        f"{abs(difference):,}.{hint} Compare part by part with "
-        "encoderlab.lessons.l04_inspect_stack.parameter_breakdown(config)."
+        f"{abs(difference):,}.{hint}",
+        "compare part by part with "
+        "encoderlab.lessons.l04_inspect_stack.parameter_breakdown(config).",
     )
 
 
@@ -333,6 +377,7 @@ _COUNT = Exercise(
 )
 
 
+@checker
 def check_parameter_count(fn: Callable) -> bool:
     """Check ``fn(config) -> int``, the parameter count of ``EncoderModel(config)`` (Lesson 4, §5).
 
@@ -347,27 +392,37 @@ def check_parameter_count(fn: Callable) -> bool:
 
 
 def _block_variant(h, attention_mask, params, n_heads, eps, *, order="post", residual="inside",
-                   activation="gelu", residuals=("attention", "mlp"), norms=("norm_1", "norm_2")):
+                   activation="gelu", residuals=("attention", "mlp"), norms=("norm_1", "norm_2"),
+                   padding=True, variance="biased", eps_used=None, mlp_biases=("w_1", "w_2")):
     """One encoder block from an EncoderBlock state dict, with one switch turned: each non-default
     switch is a known mistake. h (b, n, d); attention_mask (b, n) of 0/1."""
     d = h.shape[-1]
     attention = MultiHeadAttention(d, n_heads)
     attention.load_state_dict({k.removeprefix("attention."): t for k, t in params.items()
                                if k.startswith("attention.")})
-    mask = masks.padding(attention_mask)
+    mask = masks.padding(attention_mask if padding else torch.ones_like(attention_mask))
+    eps = eps if eps_used is None else eps_used  # a number: the learner's eps, whatever is given
 
     def norm(x, name):
+        if variance == "unbiased":  # divides by d - 1
+            x = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps)
+            return x * params[f"{name}.weight"] + params[f"{name}.bias"]
         return F.layer_norm(x, (d,), params[f"{name}.weight"], params[f"{name}.bias"], eps)
 
     def attend(x):
         with torch.no_grad():
             return attention(x, mask=mask)[0]
 
+    def linear(x, name):
+        bias = params[f"mlp.{name}.bias"] if name in mlp_biases else None
+        return F.linear(x, params[f"mlp.{name}.weight"], bias)
+
     def mlp(x):
-        u = F.linear(x, params["mlp.w_1.weight"], params["mlp.w_1.bias"])
+        u = linear(x, "w_1")
         u = {"gelu": F.gelu, "relu": F.relu,
-             "tanh": partial(F.gelu, approximate="tanh")}[activation](u)
-        return F.linear(u, params["mlp.w_2.weight"], params["mlp.w_2.bias"])
+             "tanh": partial(F.gelu, approximate="tanh"),
+             "sigmoid": lambda u: u * torch.sigmoid(1.702 * u)}[activation](u)
+        return linear(u, "w_2")
 
     first, second = norms
     if order == "pre":
@@ -385,29 +440,59 @@ def _block_variant(h, attention_mask, params, n_heads, eps, *, order="post", res
 
 
 _BLOCK_MISTAKES = [
-    ("your block is pre-LN (h + f(LN(h))), but this block, like BERT's and MiniLM's, is post-LN: "
-     "add the residual first, then normalise, h = LN(h + f(h)).",
+    ("your block is pre-LN (h + f(LN(h))), but this block, like BERT's and MiniLM's, is "
+     "post-LN.",
+     "add the residual first, then normalise: h = LN(h + f(h)).",
      partial(_block_variant, order="pre")),
-    ("you normalise the sub-layer's output and add the residual after the norm, h + LN(f(h)); "
-     "post-LN normalises the sum, LN(h + f(h)).",
+    ("you normalise the sub-layer's output and add the residual after the norm, h + LN(f(h)), "
+     "but post-LN normalises the sum.",
+     "h = LN(h + f(h)).",
      partial(_block_variant, residual="outside")),
-    ("your MLP uses ReLU; BERT's feed-forward uses GELU, the exact (erf) form: F.gelu(u).",
+    ("your MLP uses ReLU, but BERT's feed-forward uses GELU, the exact (erf) form.",
+     "F.gelu(u).",
      partial(_block_variant, activation="relu")),
-    ("your MLP uses the tanh approximation of GELU (approximate='tanh'); this block, like BERT, "
-     "uses the exact erf form, F.gelu(u) with no approximate argument: they differ by up to "
-     "about 1e-3.",
+    ("your MLP uses the tanh approximation of GELU (approximate='tanh'), but this block, like "
+     "BERT, uses the exact erf form: they differ by up to about 1e-3.",
+     "F.gelu(u), with no approximate argument.",
      partial(_block_variant, activation="tanh")),
     ("your block has no residual connections: each sub-layer's output replaces h instead of "
-     "being added to it; normalise h + f(h), not f(h).",
+     "being added to it.",
+     "normalise h + f(h), not f(h).",
      partial(_block_variant, residuals=())),
-    ("the attention sub-layer has no residual connection: normalise h + attention(h), not "
-     "attention(h) alone.",
+    ("the attention sub-layer has no residual connection.",
+     "normalise h + attention(h), not attention(h) alone.",
      partial(_block_variant, residuals=("mlp",))),
-    ("the MLP sub-layer has no residual connection: normalise h + mlp(h), not mlp(h) alone.",
+    ("the MLP sub-layer has no residual connection.",
+     "normalise h + mlp(h), not mlp(h) alone.",
      partial(_block_variant, residuals=("attention",))),
-    ("your LayerNorms are swapped: norm_1 follows the attention sub-layer and norm_2 the MLP "
-     "(each has its own gain and bias).",
+    ("your LayerNorms are swapped (each has its own gain and bias).",
+     "norm_1 follows the attention sub-layer and norm_2 the MLP.",
      partial(_block_variant, norms=("norm_2", "norm_1"))),
+    ("your block ignores the attention_mask: real tokens attend to the [PAD] keys too.",
+     "pass the padding mask to the attention: scores set to -inf where "
+     "attention_mask[:, None, None, :] is 0, before the softmax.",
+     partial(_block_variant, padding=False)),
+    ("your LayerNorm uses the unbiased variance (dividing by d - 1, torch.var's default), but "
+     "LayerNorm divides by d.",
+     "x.var(-1, keepdim=True, unbiased=False), or ((x - mean) ** 2).mean(-1, keepdim=True).",
+     partial(_block_variant, variance="unbiased")),
+    *[("your LayerNorms ignore the eps argument (they use a fixed value), so the case with "
+       "eps = 0.5 comes out wrong.",
+       "pass eps on: F.layer_norm(x, (d,), weight, bias, eps), or divide by sqrt(var + eps).",
+       partial(_block_variant, eps_used=fixed)) for fixed in (1e-12, 1e-5, 1e-6, 0.0)],
+    ("your MLP leaves out the bias of its first layer, mlp.w_1.bias.",
+     "u = F.linear(x, params['mlp.w_1.weight'], params['mlp.w_1.bias']).",
+     partial(_block_variant, mlp_biases=("w_2",))),
+    ("your MLP leaves out the bias of its second layer, mlp.w_2.bias.",
+     "F.linear(u, params['mlp.w_2.weight'], params['mlp.w_2.bias']).",
+     partial(_block_variant, mlp_biases=("w_1",))),
+    ("your MLP leaves out its biases, mlp.w_1.bias and mlp.w_2.bias.",
+     "F.linear(x, weight, bias) for both layers.",
+     partial(_block_variant, mlp_biases=())),
+    ("your MLP uses the sigmoid approximation of GELU, u * sigmoid(1.702 u), but this block, "
+     "like BERT, uses the exact erf form.",
+     "F.gelu(u), with no approximate argument.",
+     partial(_block_variant, activation="sigmoid")),
 ]
 
 
@@ -417,7 +502,8 @@ def _block_cases() -> list[tuple]:
     cases = []
     for b, n, d, n_heads, lengths, eps in [(2, 5, 8, 2, (5, 3), 1e-12), (1, 4, 12, 3, (4,), 1e-5),
                                            (3, 6, 16, 4, (6, 2, 4), 1e-12),
-                                           (2, 3, 8, 1, (3, 2), 1e-12)]:
+                                           (2, 3, 8, 1, (3, 2), 1e-12),
+                                           (2, 4, 8, 2, (4, 3), 0.5)]:  # eps matters
         shapes = {"attention.w_q": (d, d), "attention.w_k": (d, d), "attention.w_v": (d, d),
                   "attention.w_o": (d, d), "mlp.w_1": (4 * d, d), "mlp.w_2": (d, 4 * d)}
         params = {}
@@ -472,7 +558,15 @@ _BLOCK = Exercise(
 )
 
 
+@checker
 def check_encoder_block(fn: Callable) -> bool:
     """Check ``fn(h, attention_mask, params, n_heads, eps)``: one post-LN encoder block from an
-    ``EncoderBlock`` state dict, padding keys hidden (Lesson 4, §2–§3)."""
-    return run(_BLOCK, fn)
+    ``EncoderBlock`` state dict, padding keys hidden (Lesson 4, §2–§3).
+
+    Calling ``EncoderBlock`` fails: the exercise is to write it; so does changing ``h`` in
+    place."""
+    require_callable(fn)
+    guarded = forbidding(fn, [(EncoderBlock, "forward", "EncoderBlock(...).forward")],
+                         "write the two sub-layers yourself: h = LN_1(h + attention(h)), then "
+                         "h = LN_2(h + MLP(h)).")
+    return run(_BLOCK, leaving_inputs(guarded, ("h", "attention_mask")))

@@ -8,6 +8,7 @@ time, each with its own message. The loss is checked on cases like every other e
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from functools import partial
@@ -18,9 +19,12 @@ from torch.nn import functional as F
 from encoderlab.course.checks.harness import (
     CheckFailed,
     Exercise,
+    Message,
     as_tensor,
     call,
+    checker,
     close,
+    leaving_inputs,
     name_of,
     require_callable,
     run,
@@ -53,16 +57,17 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _corrupt_outputs(fn, ids, mask, seed: int, case: str, vocab_size: int = _MLM_VOCAB):
+def _corrupt_outputs(fn, ids, mask, seed: int, case: str, vocab_size: int = _MLM_VOCAB,
+                     specials: tuple = _MLM_SPECIALS, mask_id: int = _MLM_MASK_ID):
     generator = torch.Generator().manual_seed(seed)
     before = ids.clone()
-    result = call(fn, (ids, mask, _MLM_SPECIALS, vocab_size, _MLM_MASK_ID, generator), case)
+    result = call(fn, (ids, mask, specials, vocab_size, mask_id, generator), case)
     if not torch.equal(ids, before):
-        raise CheckFailed("your function changed input_ids in place; work on a copy "
-                          "(inputs = input_ids.clone()) and return it.")
+        raise CheckFailed("your function changed input_ids in place.",
+                          "work on a copy (inputs = input_ids.clone()) and return it.")
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise CheckFailed(f"your function returned a {type(result).__name__}; return the pair "
-                          "(inputs, labels), two (b, n) tensors.")
+        raise CheckFailed(f"your function returned a {type(result).__name__}, not a pair.",
+                          "return the pair (inputs, labels), two (b, n) tensors.")
     inputs = as_tensor(result[0], "inputs, a (b, n) tensor of token ids")
     labels = as_tensor(result[1], "labels, a (b, n) tensor of token ids and -100")
     for name, t in (("inputs", inputs), ("labels", labels)):
@@ -70,11 +75,46 @@ def _corrupt_outputs(fn, ids, mask, seed: int, case: str, vocab_size: int = _MLM
             raise CheckFailed(f"your {name} have shape {tuple(t.shape)}; return one per position, "
                               f"(b, n) = {tuple(ids.shape)}.")
         if t.is_floating_point() or t.dtype == torch.bool:
-            raise CheckFailed(f"your {name} have dtype {t.dtype}; token ids and labels are "
-                              "integers (torch.long).")
+            raise CheckFailed(f"your {name} have dtype {t.dtype}, but token ids and labels "
+                              "are integers.", "use dtype torch.long.")
     return inputs.long(), labels.long()
 
 
+# Special ids that are not 0..4: [PAD] 0, then [UNK] [CLS] [SEP] [MASK] = 100..103.
+_SCATTERED_SPECIALS = (0, 100, 101, 102, 103)
+_SCATTERED_MASK_ID = 103
+
+
+def _check_scattered_specials(fn) -> None:
+    """The rules on random tokens again, with special ids that are neither contiguous nor the
+    smallest: a draw from randint(len(special_ids), V) or randint(max(special_ids) + 1, V) shows.
+    """
+    ids, mask = _mlm_batch()
+    ordinary = torch.tensor([i for i in range(_MLM_VOCAB) if i not in _SCATTERED_SPECIALS])
+    scattered = ordinary[(ids - 5).clamp(min=0)]  # the ordinary ids 5..999 -> the 995 others
+    for old, new in zip(_MLM_SPECIALS, _SCATTERED_SPECIALS, strict=True):
+        scattered[ids == old] = new
+    case = ("a batch whose special ids are (0, 100, 101, 102, 103), [MASK] = 103 "
+            "(vocab_size=1000)")
+    inputs, labels = _corrupt_outputs(fn, scattered, mask, 3, case,
+                                      specials=_SCATTERED_SPECIALS, mask_id=_SCATTERED_MASK_ID)
+    chosen = labels != IGNORE_INDEX
+    drawn = inputs[chosen & (inputs != _SCATTERED_MASK_ID) & (inputs != scattered)]
+    draw = ("put ordinary = [i for i in range(vocab_size) if i not in special_ids] in a tensor "
+            "and take ordinary[torch.randint(len(ordinary), ..., generator=generator)].")
+    if bool(torch.isin(drawn, torch.tensor(_SCATTERED_SPECIALS)).any()):
+        raise CheckFailed(f"some of your random replacements are special tokens on {case}: "
+                          "drawing from randint(len(special_ids), vocab_size) assumes that "
+                          "the special ids are 0..len(special_ids) - 1.", draw)
+    below = int((drawn < max(_SCATTERED_SPECIALS)).sum())
+    if len(drawn) >= 100 and below == 0:
+        raise CheckFailed(f"none of your {len(drawn)} random replacements on {case} lies below "
+                          "103, though 99 of the 995 ordinary ids do: drawing from "
+                          "randint(max(special_ids) + 1, vocab_size) assumes that the special "
+                          "ids come first.", draw)
+
+
+@checker
 def check_mlm_corrupt(fn: Callable) -> bool:
     """Check ``fn(input_ids, attention_mask, special_ids, vocab_size, mask_id, generator)``.
 
@@ -97,30 +137,38 @@ def check_mlm_corrupt(fn: Callable) -> bool:
         zeros = float((labels == 0).float().mean())
         if zeros > 0.5:
             raise CheckFailed("your labels mark the positions that carry no loss with 0, but 0 "
-                              "is a real token id ([PAD]); use -100, which cross_entropy ignores.")
-        raise CheckFailed("your labels hold a token at every position; a position that was not "
-                          "chosen carries no loss and must have the label -100.")
+                              "is a real token id ([PAD]).",
+                              "use -100, which cross_entropy ignores.")
+        raise CheckFailed("your labels hold a token at every position, but a position that was "
+                          "not chosen carries no loss.",
+                          "give the positions that were not chosen the label -100.")
     chosen = ~ignored
     if (chosen & (mask == 0)).any():
-        raise CheckFailed("you chose padding positions ([PAD], attention_mask 0): only real "
-                          "tokens may be chosen.")
+        raise CheckFailed("you chose padding positions ([PAD], attention_mask 0), but only "
+                          "real tokens may be chosen.",
+                          "draw only where attention_mask is 1.")
     if (chosen & ~eligible).any():
-        raise CheckFailed("you chose special tokens ([CLS], [SEP] or [UNK]): a position holding "
-                          "any id in special_ids is never chosen.")
+        raise CheckFailed("you chose special tokens ([CLS], [SEP] or [UNK]), but a position "
+                          "holding any id in special_ids is never chosen.",
+                          "exclude torch.isin(input_ids, torch.tensor(special_ids)) from the "
+                          "draw.")
     if not torch.equal(labels[chosen], ids[chosen]):
         if torch.equal(labels[chosen], inputs[chosen]):
-            raise CheckFailed("your labels hold the corrupted input ([MASK] or the random token); "
-                              "they must hold the original token, the one the model must recover.")
-        raise CheckFailed("your labels at the chosen positions are not the original tokens: "
+            raise CheckFailed("your labels hold the corrupted input ([MASK] or the random "
+                              "token), not the original token the model must recover.",
+                              "take the labels from input_ids before corrupting it.")
+        raise CheckFailed("your labels at the chosen positions are not the original tokens.",
                           "labels = input_ids where chosen, -100 elsewhere.")
     if not torch.equal(inputs[ignored], ids[ignored]):
-        raise CheckFailed("you changed positions that were not chosen (label -100): only chosen "
-                          "positions may be corrupted.")
+        raise CheckFailed("you changed positions that were not chosen (label -100), but only "
+                          "chosen positions may be corrupted.",
+                          "change inputs only where a position was chosen.")
     rate = int(chosen.sum()) / n_eligible
     se = math.sqrt(0.15 * 0.85 / n_eligible)
     if abs(rate - 0.15) > 5 * se:
         raise CheckFailed(f"you chose {_pct(rate)} of the {n_eligible:,} eligible positions "
-                          "(real, non-special tokens); choose each with probability p = 0.15.")
+                          "(real, non-special tokens), where 15% was expected.",
+                          "choose each with probability p = 0.15.")
     m = int(chosen.sum())
     to_mask = chosen & (inputs == _MLM_MASK_ID)
     kept = chosen & (inputs == ids)
@@ -128,10 +176,13 @@ def check_mlm_corrupt(fn: Callable) -> bool:
     if to_random.any():
         drawn = inputs[to_random]
         if bool(torch.isin(drawn, torch.tensor(_MLM_SPECIALS)).any()):
-            raise CheckFailed("some of your random replacements are special tokens; draw the "
-                              "random token from the ordinary ids only (not in special_ids).")
+            raise CheckFailed("some of your random replacements are special tokens.",
+                              "draw the random token from the ordinary ids only (not in "
+                              "special_ids).")
         if bool((drawn < 0).any() or (drawn >= _MLM_VOCAB).any()):
-            raise CheckFailed("some of your random replacements lie outside 0..vocab_size - 1.")
+            raise CheckFailed("some of your random replacements lie outside 0..vocab_size - 1.",
+                              "draw them with torch.randint(..., vocab_size, ...) among the "
+                              "ordinary ids.")
     shares = [int(x.sum()) / m for x in (to_mask, to_random, kept)]
     targets = (0.8, 0.1, 0.1)
     if any(abs(s - t) > 5 * math.sqrt(t * (1 - t) / m) for s, t in zip(shares, targets,
@@ -139,14 +190,24 @@ def check_mlm_corrupt(fn: Callable) -> bool:
         said = (f"of the chosen positions, {_pct(shares[0])} became [MASK], {_pct(shares[1])} "
                 f"a random token and {_pct(shares[2])} stayed unchanged; BERT's split is "
                 "80 / 10 / 10")
+        split = ("draw one number per chosen position: below 0.8 -> [MASK], 0.8 to 0.9 -> "
+                 "random, 0.9 and above -> unchanged.")
         if shares[0] > 0.97:
-            raise CheckFailed(said + ": you replace every chosen token with [MASK].")
-        if shares[1] < 0.02:
-            raise CheckFailed(said + ": you never put in a random token.")
+            raise CheckFailed(said + ": you replace every chosen token with [MASK].", split)
+        if not to_random.any():
+            raise CheckFailed(said + ": you never put in a random token.", split)
+        if shares[1] < 0.06 and abs(shares[0] - 0.8) <= 5 * math.sqrt(0.16 / m):
+            raise CheckFailed(said + ": too few random tokens. A random token is 10 % of all "
+                              "chosen positions, i.e. half of the non-[MASK] ones; you seem to "
+                              "put one in 10 % of the non-[MASK] ones.", split)
+        if (shares[0] < 0.8 - 5 * math.sqrt(0.16 / m)
+                and abs(shares[1] - 0.1) <= 5 * math.sqrt(0.09 / m)):
+            raise CheckFailed(said + ": too few [MASK]s. Your [MASK] and random-token draws "
+                              "seem independent, so a random token overwrites some [MASK]s.",
+                              split)
         if shares[2] < 0.02:
-            raise CheckFailed(said + ": you never leave a chosen token unchanged.")
-        raise CheckFailed(said + ". Draw one number per chosen position: below 0.8 -> [MASK], "
-                                 "0.8 to 0.9 -> random, 0.9 and above -> unchanged.")
+            raise CheckFailed(said + ": you never leave a chosen token unchanged.", split)
+        raise CheckFailed(said + ".", split)
     # A vocabulary of 3 ordinary tokens: a random token drawn from all 8 ids is often special.
     small = ids.remainder(3) + 5
     small[ids < 5] = ids[ids < 5]  # the same specials and padding
@@ -155,15 +216,16 @@ def check_mlm_corrupt(fn: Callable) -> bool:
     s_changed = (s_labels != IGNORE_INDEX) & (s_inputs != _MLM_MASK_ID) & (s_inputs != small)
     if bool(torch.isin(s_inputs[s_changed], torch.tensor(_MLM_SPECIALS)).any()):
         raise CheckFailed("some of your random replacements are special tokens (seen on "
-                          f"{small_case}); draw the random token from the ordinary ids only.")
+                          f"{small_case}).", "draw the random token from the ordinary ids only.")
+    _check_scattered_specials(fn)
     again = _corrupt_outputs(fn, ids, mask, 0, case)
     if not (torch.equal(again[0], inputs) and torch.equal(again[1], labels)):
-        raise CheckFailed("two calls with generators seeded alike gave different results: draw "
-                          "every random number from `generator` (torch.rand(..., "
-                          "generator=generator)).")
+        raise CheckFailed("two calls with generators seeded alike gave different results.",
+                          "draw every random number from `generator`: torch.rand(..., "
+                          "generator=generator).")
     other = _corrupt_outputs(fn, ids, mask, 1, case)
     if torch.equal(other[1], labels):
-        raise CheckFailed("generators with different seeds gave the same choice of positions: "
+        raise CheckFailed("generators with different seeds gave the same choice of positions.",
                           "draw the positions at random, from `generator`.")
     print(f"✓ MLM corruption ({name_of(fn)}): {n_eligible:,} eligible positions, 15 % chosen and "
           "80 / 10 / 10 within 5 standard errors; no special or padding position chosen; "
@@ -214,17 +276,22 @@ def _masked_loss_probabilities(logits, labels):  # 1 - p instead of -log p
 
 
 _MASKED_LOSS_MISTAKES = [
-    ("with no chosen position your loss is NaN (a mean over nothing); return 0 then: a batch "
-     "without chosen positions carries no signal.", _masked_loss_nan_when_empty),
-    ("you divide by all b * n positions; the loss is the mean over the chosen positions only, so "
-     "divide by their number.", _masked_loss_all_positions),
-    ("you sum the losses of the chosen positions; take their mean.", _masked_loss_sum),
-    ("you average each sequence's loss, then the sequences; average over all chosen positions "
-     "together, so that a sequence with more of them counts more.", _masked_loss_per_row),
+    ("with no chosen position your loss is NaN (a mean over nothing), but a batch without "
+     "chosen positions carries no signal.",
+     "return 0 when no label differs from -100.", _masked_loss_nan_when_empty),
+    ("you divide by all b * n positions, but the loss is the mean over the chosen positions "
+     "only.",
+     "divide by the number of chosen positions.", _masked_loss_all_positions),
+    ("you sum the losses of the chosen positions instead of averaging them.",
+     "take their mean.", _masked_loss_sum),
+    ("you average each sequence's loss, then the sequences, so a sequence with more chosen "
+     "positions does not count more.",
+     "average over all chosen positions together.", _masked_loss_per_row),
     ("your loss has the wrong sign: cross-entropy is -log p of the right token, a positive "
-     "number.", _masked_loss_negated),
-    ("you use 1 - p of the right token; the loss is -log p (cross-entropy).",
-     _masked_loss_probabilities),
+     "number.",
+     "negate it.", _masked_loss_negated),
+    ("you use 1 - p of the right token, not cross-entropy.",
+     "the loss is -log p of the right token.", _masked_loss_probabilities),
 ]
 
 
@@ -250,18 +317,18 @@ def _masked_loss_cases() -> list[tuple]:
 def _loss_answer(result, where, logits, labels) -> torch.Tensor:
     out = as_tensor(result, "a 0-d loss tensor")
     if out.numel() != 1:
-        raise CheckFailed(f"your loss has shape {tuple(out.shape)} on {where}; return one "
-                          "number, the mean over the chosen positions.")
+        raise CheckFailed(f"your loss has shape {tuple(out.shape)} on {where}, not one number.",
+                          "return the mean over the chosen positions, a 0-d tensor.")
     return out.reshape(()).double()
 
 
-def _first_wrong_loss(attempt) -> str:
+def _first_wrong_loss(attempt) -> tuple[str, str]:
     i = attempt.first
     return (
         f"your loss is {float(attempt.answers[i]):.4f} but the mean cross-entropy over the chosen "
         f"positions is {float(attempt.references[i]):.4f} on case {i + 1} (labels "
-        f"{attempt.cases[i][1].tolist()}); take -log_softmax at the right token where "
-        "labels != -100."
+        f"{attempt.cases[i][1].tolist()}).",
+        "take -log_softmax at the right token where labels != -100.",
     )
 
 
@@ -279,6 +346,7 @@ _MASKED_LOSS = Exercise(
 )
 
 
+@checker
 def check_masked_loss(fn: Callable) -> bool:
     """Check ``fn(logits, labels) -> loss``: cross-entropy at the chosen positions (Lesson 5, §1).
 
@@ -318,23 +386,27 @@ def _fill_variant(model, input_ids, attention_mask, mask_id, special_ids, k, *, 
 
 
 _FILL_MISTAKES = [
-    ("your guesses include special tokens ([PAD], [UNK], [CLS], [SEP] or [MASK]): exclude the "
-     "special_ids before ranking, by setting their logits to -inf before the softmax.",
+    ("your guesses include special tokens ([PAD], [UNK], [CLS], [SEP] or [MASK]).",
+     "exclude the special_ids before ranking: set their logits to -inf before the softmax.",
      partial(_fill_variant, exclude="none")),
     ("your probabilities do not sum to 1 over the ordinary tokens: you zeroed the specials after "
-     "the softmax; set their logits to -inf before it, so the rest is renormalised.",
+     "the softmax.",
+     "set their logits to -inf before it, so the rest is renormalised.",
      partial(_fill_variant, exclude="after")),
     ("you read the model's output one position to the left of the [MASK] (position t - 1, a "
-     "decoder's habit); an encoder predicts the hidden token from its output at the [MASK] "
-     "itself, position t.",
+     "decoder's habit), but an encoder predicts the hidden token from its output at the [MASK] "
+     "itself.",
+     "read the logits at position t.",
      partial(_fill_variant, offset=-1)),
     ("your guesses change with the padding: the model is run without the attention_mask, so "
-     "real tokens attend to [PAD]; pass it, model(input_ids, attention_mask).",
+     "real tokens attend to [PAD].",
+     "pass it: model(input_ids, attention_mask).",
      partial(_fill_variant, use_mask=False)),
-    ("you return logits, not probabilities: apply the softmax (over the ordinary tokens) to the "
-     "scores before taking the top k.",
+    ("you return logits, not probabilities.",
+     "apply the softmax (over the ordinary tokens) to the scores before taking the top k.",
      partial(_fill_variant, output="logits")),
-    ("you return log-probabilities, not probabilities: use torch.softmax, not log_softmax.",
+    ("you return log-probabilities, not probabilities.",
+     "use torch.softmax, not log_softmax.",
      partial(_fill_variant, output="log_probs")),
 ]
 
@@ -386,15 +458,15 @@ def _describe_fill(model, input_ids, attention_mask, mask_id, special_ids, k) ->
 def _fill_answer(result, where, model, input_ids, attention_mask, mask_id, special_ids, k):
     m = int((input_ids == mask_id).sum())
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise CheckFailed(f"your function returned {type(result).__name__}; return the pair "
-                          "(ids, probs), each of shape (m, k) for the m [MASK] tokens.")
+        raise CheckFailed(f"your function returned {type(result).__name__}, not a pair.",
+                          "return (ids, probs), each of shape (m, k) for the m [MASK] tokens.")
     ids = as_tensor(result[0], "ids of shape (m, k)").cpu()
     probs = as_tensor(result[1], "probabilities of shape (m, k)").cpu()
     if tuple(ids.shape) != (m, k) or tuple(probs.shape) != (m, k):
         raise CheckFailed(
             f"your ids and probs have shapes {tuple(ids.shape)} and {tuple(probs.shape)} on "
-            f"{where}, which has m = {m} [MASK] tokens: return one row of k = {k} per [MASK], "
-            "in row-major order, (input_ids == mask_id).nonzero()."
+            f"{where}, which has m = {m} [MASK] tokens; (m, k) = {(m, k)} was expected.",
+            "return one row of k per [MASK], in row-major order: (input_ids == mask_id).nonzero().",
         )
     return ids.long(), probs.double()
 
@@ -403,15 +475,79 @@ def _same_fill(mine, right) -> bool:
     return torch.equal(mine[0], right[0]) and close(mine[1], right[1])
 
 
-def _fill_fallback(attempt) -> str:
+def _special_guesses(attempt) -> Message | None:
+    """Tried first: a special id among the guesses, whichever specials were left in."""
+    for k in attempt.wrong:
+        _, _, _, _, special_ids, _ = attempt.cases[k]
+        found = sorted(set(attempt.answers[k][0].flatten().tolist()) & set(special_ids))
+        if found:
+            return (f"your guesses include the special id(s) {found} on {attempt.where(k)}; "
+                    f"every id in special_ids = {list(special_ids)} ([PAD], [UNK], [CLS], "
+                    "[SEP], [MASK]) must be excluded, not only [MASK].",
+                    "set the logits of all special_ids to -inf before the softmax: "
+                    "scores[:, special_ids] = float('-inf').")
+    return None
+
+
+def _fill_fallback(attempt) -> Message:
     k = attempt.first
     mine, right = attempt.answers[k], attempt.references[k]
     if not torch.equal(mine[0], right[0]):
-        return (f"your top-k ids differ from the reference on {attempt.where(k)}: yours "
-                f"{mine[0].tolist()}, expected {right[0].tolist()} (most probable first).")
+        where = f"on {attempt.where(k)}: yours {mine[0].tolist()}, expected {right[0].tolist()}"
+        if torch.equal(mine[0].flip(-1), right[0]):
+            return (f"your guesses are the right ones but least probable first {where}.",
+                    "keep topk's order (sorted=True): most probable first.")
+        if torch.equal(mine[0].sort(-1).values, right[0].sort(-1).values):
+            return (f"your guesses are the right ones in another order {where}.",
+                    "order each row most probable first, as torch.topk returns them.")
+        mine_rows = sorted(map(tuple, mine[0].tolist()))
+        if mine_rows == sorted(map(tuple, right[0].tolist())):
+            return (f"your rows are the right guesses for the [MASK]s, but in another order of "
+                    f"[MASK]s {where}.",
+                    "take the [MASK]s in row-major order, sequence by sequence and left to "
+                    "right: rows, positions = (input_ids == mask_id).nonzero(as_tuple=True).")
+        return (f"your top-k ids differ from the reference {where} (most probable first).",
+                "logits = model(input_ids, attention_mask); take the rows at the [MASK]s, set "
+                "the special_ids to -inf, softmax, then torch.topk(probs, k).")
     gap = (mine[1] - right[1]).abs().max().item()
     return (f"your ids are right but your probabilities differ by up to {gap:.3g} on "
-            f"{attempt.where(k)}: softmax over the ordinary tokens (specials at -inf).")
+            f"{attempt.where(k)}.", "softmax over the ordinary tokens (specials at -inf).")
+
+
+class _CountedModel:
+    """The model, with its forward passes counted; everything else is the model's own."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.model(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def _running_model_once(fn: Callable) -> Callable:
+    """``fn`` given a counted model: more than one forward pass on a batch fails."""
+
+    @functools.wraps(fn)
+    def counted(model, *args):
+        counter = _CountedModel(model)
+        result = fn(counter, *args)
+        if counter.calls > 1:
+            raise CheckFailed(
+                f"your function ran the model {counter.calls} times on one batch; the exercise "
+                "runs it once on the whole batch and reads every [MASK]'s output from that "
+                "one result.",
+                "logits = model(input_ids, attention_mask) once, then logits[rows, positions] "
+                "with rows, positions = (input_ids == mask_id).nonzero(as_tuple=True).")
+        return result
+
+    return counted
 
 
 _FILL = Exercise(
@@ -424,13 +560,19 @@ _FILL = Exercise(
                                   for t in _fill_variant(*case)),
     describe=_describe_fill,
     same=_same_fill,
+    notice=_special_guesses,
     mistakes=_FILL_MISTAKES,
     fallback=_fill_fallback,
     numbered=True,
 )
 
 
+@checker
 def check_fill_mask(fn: Callable) -> bool:
     """Check ``fn(model, input_ids, attention_mask, mask_id, special_ids, k)``: the k most probable
-    ordinary tokens at every [MASK] of a padded batch, with their probabilities (Lesson 5, §4)."""
-    return run(_FILL, fn)
+    ordinary tokens at every [MASK] of a padded batch, with their probabilities (Lesson 5, §4).
+
+    The model must run once per batch (it is counted), and input_ids must not change."""
+    require_callable(fn)
+    return run(_FILL, leaving_inputs(_running_model_once(fn), ("model", "input_ids",
+                                                               "attention_mask")))

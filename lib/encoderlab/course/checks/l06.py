@@ -7,7 +7,14 @@ from collections.abc import Callable
 
 import torch
 
-from encoderlab.course.checks.harness import CheckFailed, Exercise, as_tensor, run
+from encoderlab.course.checks.harness import (
+    CheckFailed,
+    Exercise,
+    Message,
+    as_tensor,
+    checker,
+    run,
+)
 from encoderlab.objectives import IGNORE_INDEX, rtd_labels, word_ids
 
 __all__ = ["check_whole_word_positions", "check_rtd_labels", "check_span_positions"]
@@ -57,14 +64,18 @@ def _ww_specials_are_words(ids, am, tokens, special, picked):
 
 
 _WW_MISTAKES = [
-    ("only the first piece of each chosen word is selected: its '##' pieces belong to the same "
-     "word and must be selected with it (a '##' piece continues the word before it).",
+    ("only the first piece of each chosen word is selected, but its '##' pieces belong to the "
+     "same word.",
+     "select every piece of a chosen word: a '##' piece continues the word before it.",
      _ww_first_piece_only),
-    ("you number every piece as a word of its own: a piece that starts with '##' continues the "
-     "previous word, so 'over ##flow ##ed' is one word, index k for all three pieces.",
+    ("you number every piece as a word of its own, but a piece that starts with '##' continues "
+     "the previous word.",
+     "'over ##flow ##ed' is one word: give all three pieces the same index k.",
      _ww_every_piece_a_word),
-    ("your word numbering counts [CLS] (or another special token) as word 0: words are counted "
-     "over ordinary pieces only, so the first real word is word 0 and specials get no word.",
+    ("your word index is one too high: the first word gets 1, but words are numbered from 0 "
+     "(perhaps [CLS] counts as a word, or the -1 after the running count is missing).",
+     "make the first ordinary word word 0 (subtract 1 from the running count of word starts) "
+     "and give the specials no word.",
      _ww_specials_are_words),
 ]
 
@@ -101,18 +112,19 @@ def _selection_answer(result, where, ids, am, tokens, special, picked) -> torch.
                           f"bool per position, shape (b, n) = {tuple(ids.shape)}.")
     if out.dtype != torch.bool:
         if not bool(((out == 0) | (out == 1)).all()):
-            raise CheckFailed(f"your selection holds values other than 0/1 on {where}; "
+            raise CheckFailed(f"your selection holds values other than 0/1 on {where}.",
                               "return a boolean tensor, True = corrupt this position.")
         out = out.bool()
     return out
 
 
-def _selects_specials(attempt) -> str | None:
+def _selects_specials(attempt) -> Message | None:
     specials = torch.tensor(_WW_SPECIAL)
     if any(bool((attempt.answers[k] & torch.isin(attempt.cases[k][0], specials)).any())
            for k in attempt.wrong):
-        return ("you select special tokens or padding ([CLS], [SEP], [PAD]): they are "
-                "never part of a word and never corrupted.")
+        return ("you select special tokens or padding ([CLS], [SEP], [PAD]), which are "
+                "never part of a word and never corrupted.",
+                "leave the special_ids (and padding) out of every word.")
     return None
 
 
@@ -142,6 +154,7 @@ _WHOLE_WORDS = Exercise(
 )
 
 
+@checker
 def check_whole_word_positions(fn: Callable) -> bool:
     """Check ``fn(input_ids, attention_mask, tokens, special_ids, picked)`` (Lesson 6, §3).
 
@@ -185,18 +198,18 @@ def _rtd_samples_everywhere(ids, mlm_labels, samples, am):
 
 
 _RTD_MISTAKES = [
-    ("you label every masked position 'replaced': where the generator sampled the original "
-     "token, nothing was replaced, and ELECTRA labels it 0 (original). Compare the token the "
-     "discriminator reads with the original.", _rtd_masked_is_replaced),
-    ("you give only the masked positions a label (-100 elsewhere, as in MLM): the "
-     "discriminator is scored at every real position, and an unmasked one is original (0).",
-     _rtd_masked_only),
-    ("your labels are inverted: 1 means replaced, 0 means original.", _rtd_inverted),
-    ("padding gets the label 0: padding positions carry no loss, so their label is -100.",
-     _rtd_pad_zero),
-    ("you compare samples with input_ids at every position: the generator's samples are used "
-     "only at the masked positions (mlm_labels != -100); elsewhere the discriminator reads the "
-     "original token.", _rtd_samples_everywhere),
+    ("you label every masked position 'replaced', but where the generator sampled the original "
+     "token nothing was replaced, and ELECTRA labels it 0 (original).",
+     "compare the token the discriminator reads with the original.", _rtd_masked_is_replaced),
+    ("you give only the masked positions a label (-100 elsewhere, as in MLM), but the "
+     "discriminator is scored at every real position.",
+     "label an unmasked real position 0 (original).", _rtd_masked_only),
+    ("your labels are inverted.", "1 means replaced, 0 means original.", _rtd_inverted),
+    ("padding gets the label 0, but padding positions carry no loss.",
+     "label them -100.", _rtd_pad_zero),
+    ("you compare samples with input_ids at every position, but the generator's samples are "
+     "used only at the masked positions; elsewhere the discriminator reads the original token.",
+     "use the samples only where mlm_labels != -100.", _rtd_samples_everywhere),
 ]
 
 
@@ -227,8 +240,8 @@ def _labels_answer(result, where, ids, mlm, samples, am) -> torch.Tensor:
         raise CheckFailed(f"your labels have shape {tuple(out.shape)} on {where}; return one "
                           f"label per position, (b, n) = {tuple(ids.shape)}.")
     if out.dtype == torch.bool:
-        raise CheckFailed("your labels are booleans; return integers: 1 = replaced, "
-                          "0 = original, -100 at padding (a boolean cannot hold -100).")
+        raise CheckFailed("your labels are booleans, which cannot hold -100.",
+                          "return integers: 1 = replaced, 0 = original, -100 at padding.")
     return out.long()
 
 
@@ -256,6 +269,7 @@ _RTD = Exercise(
 )
 
 
+@checker
 def check_rtd_labels(fn: Callable) -> bool:
     """Check ``fn(input_ids, mlm_labels, samples, attention_mask)`` (Lesson 6, §4).
 
@@ -270,11 +284,15 @@ def check_rtd_labels(fn: Callable) -> bool:
 # --- SpanBERT's span layout (Lesson 6, §3) --------------------------------------------------------
 
 
-def _span_layout(words, budget, draws, *, fit="cut", count="pieces", inclusive=False):
+def _span_layout(words, budget, draws, *, fit="cut", count="pieces", inclusive=False,
+                 stop_when_empty=False):
     """The reference span layout, and (through its switches) the usual wrong versions.
 
-    ``fit``: "cut" drops words from a span's end until it fits (SpanBERT), "discard" drops a
-    span that does not fit whole, "none" takes it whole; ``count``: what the budget counts.
+    The rule is the course's whole-word variant of SpanBERT's span masking, not SpanBERT's own
+    code (which adds pieces one by one and may stop inside a word). ``fit``: "cut" drops words
+    from a span's end until it fits, "discard" drops a span that does not fit whole, "none"
+    takes it whole; ``count``: what the budget counts; ``stop_when_empty``: stop at the first
+    span that is cut to nothing instead of going on to the next draw.
     """
     words = [int(w) for w in words]
     n_words = max(words) + 1 if any(w >= 0 for w in words) else 0
@@ -297,6 +315,8 @@ def _span_layout(words, budget, draws, *, fit="cut", count="pieces", inclusive=F
         elif fit == "discard" and used + cost(span) > budget:
             span = []
         if not span:
+            if stop_when_empty:
+                break
             continue
         used += cost(span)
         taken.update(span)
@@ -325,6 +345,10 @@ def _span_inclusive(words, budget, draws):
     return _span_layout(words, budget, draws, inclusive=True)
 
 
+def _span_stops_when_empty(words, budget, draws):
+    return _span_layout(words, budget, draws, stop_when_empty=True)
+
+
 def _span_counts_overlap_twice(words, budget, draws):
     """Words already chosen are counted again towards the budget when a new span covers them."""
     words_l = [int(w) for w in words]
@@ -347,17 +371,24 @@ def _span_counts_overlap_twice(words, budget, draws):
 
 
 _SPAN_MISTAKES = [
-    ("you choose more pieces than the budget: when a span would take the count past the budget, "
-     "drop words from its end until it fits (SpanBERT stops at ~p of the tokens).",
+    ("you choose more pieces than the budget (the layout stops at the budget, about p of the "
+     "tokens).",
+     "when a span would take the count past the budget, drop words from its end until it fits.",
      _span_no_cut),
-    ("you drop a span that does not fit whole: shorten it instead, dropping words from its end "
-     "until its pieces fit the budget, and keep what remains.", _span_discard),
-    ("you count words towards the budget: the budget is a number of pieces (tokens), so a word "
-     "of three pieces uses three.", _span_counts_words),
-    ("your spans are one word too long: a span of length L starting at word s covers words "
-     "s, ..., s + L - 1.", _span_inclusive),
-    ("a word that an earlier span already chose is counted again towards the budget: spans do "
-     "not overlap, so leave chosen words out of a new span before counting its pieces.",
+    ("you drop a span that does not fit whole.",
+     "shorten it instead, dropping words from its end until its pieces fit, and keep the rest.",
+     _span_discard),
+    ("you count words towards the budget, but the budget is a number of pieces (tokens).",
+     "a word of three pieces uses three.", _span_counts_words),
+    ("your spans are one word too long.",
+     "a span of length L starting at word s covers words s, ..., s + L - 1.", _span_inclusive),
+    ("you stop at the first span that is cut to nothing, but the budget is not met yet: a later "
+     "draw may still fit.",
+     "when a span ends up empty, go on to the next draw (continue, not break); stop only once "
+     "the budget is met.", _span_stops_when_empty),
+    ("a word that an earlier span already chose is counted again towards the budget, but spans "
+     "do not overlap.",
+     "leave chosen words out of a new span before counting its pieces.",
      _span_counts_overlap_twice),
 ]
 
@@ -370,6 +401,9 @@ def _span_cases() -> list[tuple]:
         (words, 5, [(1, 3), (2, 2), (1, 0)]),  # an overlap: word 3 is not counted twice
         (words, 3, [(4, 1), (1, 6)]),  # cut to words 1-2; then the '.' fills the budget
         (words, 6, [(2, 6), (3, 0), (2, 4)]),  # a span clipped at the last word
+        # words 1-2 use 2 of 3; the next span, word 3 (3 pieces), is cut to nothing; then a
+        # draw of word 6 (1 piece) still fits
+        (words, 3, [(2, 1), (1, 3), (1, 6)]),
     ]
     g = torch.Generator().manual_seed(61)
     for n_words, budget in ((8, 3), (12, 5), (20, 9), (6, 2), (15, 6)):
@@ -389,36 +423,37 @@ def _span_answer(result, where, words, budget, draws) -> torch.Tensor:
                           f"bool per position, shape (n,) = {tuple(words.shape)}.")
     if out.dtype != torch.bool:
         if not bool(((out == 0) | (out == 1)).all()):
-            raise CheckFailed(f"your selection holds values other than 0/1 on {where}; "
+            raise CheckFailed(f"your selection holds values other than 0/1 on {where}.",
                               "return a boolean tensor, True = this position is in a span.")
         out = out.bool()
     return out
 
 
-def _span_notice(attempt) -> str | None:
+def _span_notice(attempt) -> Message | None:
     for k in attempt.wrong:
         words = attempt.cases[k][0]
         answer = attempt.answers[k]
         if bool((answer & (words < 0)).any()):
             return ("you choose positions that belong to no word ([CLS], [SEP], padding: word "
-                    f"id -1) on {attempt.where(k)}: spans cover ordinary pieces only.")
+                    f"id -1) on {attempt.where(k)}.", "spans cover ordinary pieces only.")
         for w in words[words >= 0].unique().tolist():
             part = answer[words == w]
             if bool(part.any()) and not bool(part.all()):
-                return (f"word {w} is only partly chosen on {attempt.where(k)}: a span takes "
-                        "whole words, every piece of each (a span of length L covers L words, "
-                        "not L positions).")
+                return (f"word {w} is only partly chosen on {attempt.where(k)}, but a span "
+                        "takes whole words, every piece of each.",
+                        "a span of length L covers L words, not L positions.")
     return None
 
 
-def _span_fallback(attempt) -> str:
+def _span_fallback(attempt) -> tuple[str, str]:
     i = attempt.first
     mine, right = attempt.answers[i], attempt.references[i]
     c = int((mine != right).nonzero()[0])
     return (f"your selection differs from the reference at position {c} (word "
             f"{int(attempt.cases[i][0][c])}) on {attempt.where(i)}: yours {bool(mine[c])}, the "
-            f"reference {bool(right[c])}. Take the draws in order, leave out words already "
-            "chosen, cut the span from its end to fit the budget, and stop once it is met.")
+            f"reference {bool(right[c])}.",
+            "take the draws in order, leave out words already chosen, cut the span from its end "
+            "to fit the budget, and stop once it is met.")
 
 
 _SPANS = Exercise(
@@ -435,8 +470,10 @@ _SPANS = Exercise(
 )
 
 
+@checker
 def check_span_positions(fn: Callable) -> bool:
-    """Check ``fn(words, budget, draws)`` (Lesson 6, §3): SpanBERT's layout of spans.
+    """Check ``fn(words, budget, draws)`` (Lesson 6, §3): the course's whole-word variant of
+    SpanBERT's span masking (spans of whole words, cut from the end to fit the budget).
 
     ``words`` (n,) is the word id of each position (-1 for specials and padding, as
     :func:`encoderlab.objectives.word_ids` gives), ``budget`` the number of pieces to choose,

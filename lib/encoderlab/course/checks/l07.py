@@ -9,7 +9,14 @@ from functools import partial
 
 import torch
 
-from encoderlab.course.checks.harness import CheckFailed, Exercise, run, short_value
+from encoderlab.course.checks.harness import (
+    CheckFailed,
+    Exercise,
+    Message,
+    checker,
+    run,
+    short_value,
+)
 from encoderlab.lessons.l07_finetune import best_span, bio_to_spans, entity_scores
 from encoderlab.lessons.l07_tasks import TAGS
 
@@ -55,19 +62,23 @@ def _bio_variant(tags, *, end="inclusive", orphan_i="start", split_types=True, s
 
 _BIO_MISTAKES = [
     ("your end positions are one too far: this course's spans are (type, start, end) with the end "
-     "*inclusive*, so a one-token entity at position 3 is ('X', 3, 3).",
+     "*inclusive*.",
+     "a one-token entity at position 3 is ('X', 3, 3).",
      partial(_bio_variant, end="exclusive")),
-    ("you drop an I-X that follows O (or starts the sequence): CoNLL's rule, and seqeval's, is "
-     "that such an I-X begins a new entity of type X.",
+    ("you drop an I-X that follows O (or starts the sequence), but CoNLL's rule, and seqeval's, "
+     "keeps it.",
+     "let such an I-X begin a new entity of type X.",
      partial(_bio_variant, orphan_i="drop")),
-    ("an I- tag of another type continues your entity: B-PER I-LOC is two entities, PER then "
-     "LOC; an entity goes on only while the tags are I- of its own type.",
+    ("an I- tag of another type continues your entity, but B-PER I-LOC is two entities, PER "
+     "then LOC.",
+     "go on only while the tags are I- of the entity's own type.",
      partial(_bio_variant, split_types=False)),
-    ("a B- tag inside an entity does not start a new one in your version: B-PER B-PER is two "
-     "people side by side, the whole point of having B- as well as I-.",
+    ("a B- tag inside an entity does not start a new one in your version, but B-PER B-PER is "
+     "two people side by side, the whole point of having B- as well as I-.",
+     "close the open entity and start a new one at every B- tag.",
      partial(_bio_variant, split_b=False)),
-    ("you lose the entity that runs to the end of the sequence: close the open entity after the "
-     "loop.",
+    ("you lose the entity that runs to the end of the sequence.",
+     "close the open entity after the loop.",
      partial(_bio_variant, close_last=False)),
 ]
 
@@ -94,8 +105,8 @@ def _as_spans(value, where, tags) -> list[tuple]:
         return sorted((str(k), int(s), int(e)) for k, s, e in value)
     except (TypeError, ValueError):
         raise CheckFailed(
-            f"your function returned {short_value(value)} on {where}; return a list of "
-            "(type, start, end) tuples, e.g. [('PER', 0, 1), ('LOC', 3, 3)]."
+            f"your function returned {short_value(value)} on {where}, not a list of spans.",
+            "return (type, start, end) tuples, e.g. [('PER', 0, 1), ('LOC', 3, 3)].",
         ) from None
 
 
@@ -119,6 +130,7 @@ _BIO = Exercise(
 )
 
 
+@checker
 def check_bio_to_spans(fn: Callable) -> bool:
     """Check ``fn(tags) -> [(type, start, end), ...]`` (end inclusive) on BIO sequences.
 
@@ -169,21 +181,22 @@ def _f1_variant(gold, predicted, *, unit="entity", match="exact", average="micro
 
 _F1_MISTAKES = [
     ("this is token accuracy (the fraction of tags that agree, O included), not entity-level F1: "
-     "most tags are O, so it stays high even when every entity is missed. Turn each sequence "
-     "into its (type, start, end) spans and compute precision and recall over entities.",
+     "most tags are O, so it stays high even when every entity is missed.",
+     "turn each sequence into its (type, start, end) spans; precision and recall over entities.",
      partial(_f1_variant, unit="accuracy")),
-    ("you score tags, not entities: a token-level F1 gives credit for half an entity. Turn each "
-     "sequence into its (type, start, end) spans and count a prediction only if the whole span "
-     "matches.",
+    ("you score tags, not entities: a token-level F1 gives credit for half an entity.",
+     "turn each sequence into its (type, start, end) spans; count a span only if it all matches.",
      partial(_f1_variant, unit="token")),
-    ("you ignore the entity type: a span counts only if its type matches too (PER at 0-1 is "
-     "wrong when the gold says LOC at 0-1).",
+    ("you ignore the entity type: PER at 0-1 counts as right when the gold says LOC at 0-1.",
+     "count a span only if its type matches too.",
      partial(_f1_variant, match="untyped")),
-    ("you count an overlapping span as correct; entity-level F1 needs both boundaries to match "
-     "exactly.",
+    ("you count an overlapping span as correct, but entity-level F1 needs both boundaries to "
+     "match exactly.",
+     "compare whole (type, start, end) tuples.",
      partial(_f1_variant, match="overlap")),
-    ("you average an F1 per sentence; the standard is one F1 over the whole corpus: add up the "
-     "correct, predicted and gold entities of all sentences first (micro average).",
+    ("you average an F1 per sentence, but the standard is one F1 over the whole corpus (micro "
+     "average).",
+     "add up the correct, predicted and gold entities of all sentences first.",
      partial(_f1_variant, average="sentence")),
 ]
 
@@ -219,24 +232,25 @@ def _as_f1(value, where, gold, predicted) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise CheckFailed(f"your function returned {short_value(value)} on {where}; "
-                          "return the F1 as a float between 0 and 1.") from None
+        raise CheckFailed(f"your function returned {short_value(value)} on {where}, not a "
+                          "number.", "return the F1 as a float between 0 and 1.") from None
 
 
-def _percentages(attempt) -> str | None:
+def _percentages(attempt) -> Message | None:
     if all(mine > 1.0 + 1e-9 for mine, right in zip(attempt.answers, attempt.references)
            if right > 0):
-        return "your F1 is larger than 1: return a fraction between 0 and 1, not a percentage."
+        return ("your F1 is larger than 1: a percentage, not a fraction.",
+                "return a fraction between 0 and 1.")
     return None
 
 
-def _first_wrong_f1(attempt) -> str:
+def _first_wrong_f1(attempt) -> tuple[str, str]:
     i = attempt.first
     gold, pred = attempt.cases[i]
     return (f"on gold {gold} and predicted {pred} your F1 is {attempt.answers[i]:.4f}, "
-            f"the entity-level F1 is {attempt.references[i]:.4f}. Print the spans your "
-            "my_bio_to_spans gives for these sequences and count by hand: correct = "
-            "spans in both, precision = correct / predicted, recall = correct / gold.")
+            f"the entity-level F1 is {attempt.references[i]:.4f}.",
+            "print the spans your my_bio_to_spans gives for these sequences and count by hand: "
+            "correct = spans in both, precision = correct / predicted, recall = correct / gold.")
 
 
 _F1 = Exercise(
@@ -253,6 +267,7 @@ _F1 = Exercise(
 )
 
 
+@checker
 def check_entity_f1(fn: Callable) -> bool:
     """Check ``fn(gold, predicted) -> F1`` (a number in [0, 1]) over lists of BIO sequences.
 
@@ -289,18 +304,20 @@ def _span_variant(s, e, context, max_tokens, *, joint=True, use_context=True, or
 
 _SPAN_MISTAKES = [
     ("you take the best start and the best end separately; they can give an end before the "
-     "start or an overlong span. Score every allowed pair (i, j) by s_i + e_j and take the best "
-     "pair.",
+     "start or an overlong span.",
+     "score every allowed pair (i, j) by s_i + e_j and take the best pair.",
      partial(_span_variant, joint=False)),
-    ("your span can land outside the context (on the question, a special token or padding): "
+    ("your span can land outside the context (on the question, a special token or padding).",
      "allow only positions where context_mask is True.",
      partial(_span_variant, use_context=False)),
-    ("your span can end before it starts: require start <= end.",
+    ("your span can end before it starts.",
+     "require start <= end.",
      partial(_span_variant, ordered=False)),
-    ("your span can be longer than max_tokens: require end - start + 1 <= max_tokens.",
+    ("your span can be longer than max_tokens.",
+     "require end - start + 1 <= max_tokens.",
      partial(_span_variant, limit=None)),
-    ("your spans can be one token longer than max_tokens: end - start + 1 <= max_tokens means "
-     "end < start + max_tokens.",
+    ("your spans can be one token longer than max_tokens.",
+     "end - start + 1 <= max_tokens means end < start + max_tokens.",
      partial(_span_variant, limit=1)),
 ]
 
@@ -337,8 +354,8 @@ def _as_pair(value, where, *case) -> tuple[int, int]:
         start, end = value
         return int(start), int(end)
     except (TypeError, ValueError, RuntimeError):
-        raise CheckFailed(f"your function returned {short_value(value)} on {where}; return "
-                          "two ints, (start, end).") from None
+        raise CheckFailed(f"your function returned {short_value(value)} on {where}, not a pair.",
+                          "return two ints, (start, end).") from None
 
 
 def _best_span_reference(s, e, context, max_tokens) -> tuple[int, int]:
@@ -369,6 +386,7 @@ _SPAN = Exercise(
 )
 
 
+@checker
 def check_best_span(fn: Callable) -> bool:
     """Check ``fn(start_logits, end_logits, context_mask, max_tokens) -> (start, end)``, one row.
 
@@ -383,15 +401,18 @@ def check_best_span(fn: Callable) -> bool:
 
 def _window_variant(s, e, offsets, context_start, lengths, max_tokens, *, offset=True,
                     shift=True, ordered=True, limit=True, use_null=True, null="min",
-                    first=False, context_only=True):
+                    first=False, context_only=True, trailing_sep=False, tie_answers=False,
+                    own_margin=False):
     """best_answer_across_windows with one switch turned: each non-default one is a mistake."""
     w, n = s.shape
     position = torch.arange(n)
     best = None  # (score, start, end) in context coordinates
+    nulls = s[:, 0] + e[:, 0]
     for k in range(w):
-        inside = (position >= context_start) & (position < context_start + int(lengths[k]))
+        end = context_start + int(lengths[k]) + (1 if trailing_sep else 0)
+        inside = (position >= context_start) & (position < end)
         if not context_only:
-            inside = position < context_start + int(lengths[k])
+            inside = position < end
         i, j = position.unsqueeze(1), position.unsqueeze(0)
         ok = inside.unsqueeze(1) & inside.unsqueeze(0)
         if ordered:
@@ -402,44 +423,64 @@ def _window_variant(s, e, offsets, context_start, lengths, max_tokens, *, offset
         flat = int(scores.flatten().argmax())
         a, b = flat // n, flat % n
         moved = (int(offsets[k]) if offset else 0) - (context_start if shift else 0)
-        if best is None or float(scores.flatten()[flat]) > best[0]:
-            best = (float(scores.flatten()[flat]), a + moved, b + moved, k)
+        value = float(scores.flatten()[flat]) - (float(nulls[k]) if own_margin else 0.0)
+        if best is None or value > best[0]:
+            best = (value, a + moved, b + moved, k)
         if first:
             break
-    nulls = s[:, 0] + e[:, 0]
+    if own_margin:  # the window with the largest margin over its own null score
+        return None if best[0] <= 0 else (best[1], best[2])
     threshold = {"min": nulls.min(), "max": nulls.max(), "window": nulls[best[3]]}[null]
-    if use_null and best[0] <= float(threshold):
+    if use_null and (best[0] < float(threshold) if tie_answers else best[0] <= float(threshold)):
         return None
     return best[1], best[2]
 
 
 _WINDOW_MISTAKES = [
-    ("your positions are those of the window, not of the context: add the window's offset "
-     "(offsets[k]) to a span found in window k.",
+    ("your positions are those of the window, not of the context.",
+     "add the window's offset, offsets[k], to a span found in window k.",
      partial(_window_variant, offset=False)),
-    ("your positions count the [CLS], question and [SEP] tokens in front of the context: "
+    ("your positions count the [CLS], question and [SEP] tokens in front of the context.",
      "subtract context_start, so that the context's first piece is 0.",
      partial(_window_variant, shift=False)),
-    ("you never answer 'no answer': compare the best span's score with the null score "
-     "s[CLS] + e[CLS] and return None when the span does not beat it.",
+    ("you never answer 'no answer'.",
+     "compare the best span's score with the null score s[CLS] + e[CLS]; None if it does not "
+     "beat it.",
      partial(_window_variant, use_null=False)),
-    ("you search only the first window: the answer can be in any window, so take the best "
-     "span over all of them.",
+    ("you search only the first window, but the answer can be in any window.",
+     "take the best span over all of them.",
      partial(_window_variant, first=True)),
-    ("your span can end before it starts: require start <= end.",
+    ("your span can end before it starts.",
+     "require start <= end.",
      partial(_window_variant, ordered=False)),
-    ("your span can be longer than max_tokens: require end - start + 1 <= max_tokens.",
+    ("your span can be longer than max_tokens.",
+     "require end - start + 1 <= max_tokens.",
      partial(_window_variant, limit=False)),
-    ("your span can start or end on [CLS] or the question: only the window's context "
-     "(context_start to context_start + context_lengths[k] - 1) may hold the answer.",
+    ("your span can start or end on [CLS] or the question, but only the window's context may "
+     "hold the answer.",
+     "allow context_start to context_start + context_lengths[k] - 1 only.",
      partial(_window_variant, context_only=False)),
-    ("you compare with the null score of the window where the best span is; BERT's SQuAD 2.0 "
-     "code takes the smallest null score over all windows (the window most sure that there is "
-     "an answer), the rule this exercise asks for.",
+    ("you compare with the null score of the window where the best span is, but BERT's SQuAD "
+     "2.0 code, and this exercise, use the window most sure that there is an answer.",
+     "take the smallest null score over all windows.",
      partial(_window_variant, null="window")),
-    ("you compare with the largest null score over the windows; take the smallest, the "
-     "window most sure that there is an answer.",
+    ("you compare with the largest null score over the windows, not with the window most sure "
+     "that there is an answer.",
+     "take the smallest null score over all windows.",
      partial(_window_variant, null="max")),
+    ("your span can start or end on the [SEP] after the window's context.",
+     "allow context_start to context_start + context_lengths[k] - 1 only: the last context "
+     "piece is at context_start + context_lengths[k] - 1.",
+     partial(_window_variant, trailing_sep=True)),
+    ("when the best span's score equals the smallest null score you answer, but a tie is "
+     "'no answer': the span must beat the null score.",
+     "return None when the best score is <= the smallest null score, not only when it is <.",
+     partial(_window_variant, tie_answers=True)),
+    ("you pick the window whose best span beats its own null score by the most, but the "
+     "answer is the best span over all windows, compared with the smallest null score.",
+     "keep the best span score over all windows and, separately, the smallest null score; "
+     "compare the two.",
+     partial(_window_variant, own_margin=True)),
 ]
 
 
@@ -477,6 +518,11 @@ def _window_cases() -> list[tuple]:
              [0, 3, 6], 4, [5, 5, 2], 3),
         # a long span scores best but is over max_tokens
         case([row(n, {4: 6.0, 6: 1.0})], [row(n, {8: 6.0, 6: 1.0})], [0], 4, [5], 2),
+        # the highest logits sit on the [SEP] right after the context (position 9)
+        case([row(n, {9: 8.0, 6: 1.0})], [row(n, {9: 8.0, 7: 1.0})], [0], 4, [5], 3),
+        # a tie: the best span scores exactly the null score, so there is no answer
+        case([row(n, {6: 1.0}, null=1.0), row(n, {5: 0.5}, null=3.0)],
+             [row(n, {6: 1.0}, null=1.0), row(n, {5: 0.5}, null=3.0)], [0, 3], 4, [5, 5], 3),
         # the last window is shorter than the others
         case([row(n, {5: 1.0}), row(n, {5: 1.0}), row(n, {5: 3.0, 8: 9.0})],
              [row(n, {5: 1.0}), row(n, {5: 1.0}), row(n, {5: 3.0, 8: 9.0})],
@@ -504,8 +550,9 @@ def _as_span_or_none(value, where, *case):
         start, end = value
         return int(start), int(end)
     except (TypeError, ValueError, RuntimeError):
-        raise CheckFailed(f"your function returned {short_value(value)} on {where}; return "
-                          "(start, end) as two ints, or None for no answer.") from None
+        raise CheckFailed(f"your function returned {short_value(value)} on {where}, neither a "
+                          "pair nor None.",
+                          "return (start, end) as two ints, or None for no answer.") from None
 
 
 def _window_reference(s, e, offsets, context_start, lengths, max_tokens):
@@ -514,11 +561,12 @@ def _window_reference(s, e, offsets, context_start, lengths, max_tokens):
     return best_answer_across_windows(s, e, offsets, context_start, lengths, max_tokens)
 
 
-def _first_wrong_window(attempt) -> str:
+def _first_wrong_window(attempt) -> tuple[str, str]:
     k = attempt.first
     return (f"on {attempt.where(k)} you return {attempt.answers[k]}, the right answer is "
-            f"{attempt.references[k]}. Score each window's allowed spans by s_i + e_j, keep "
-            "the best over all windows, and compare it with the smallest null score.")
+            f"{attempt.references[k]}.",
+            "score each window's allowed spans by s_i + e_j, keep the best over all windows, and "
+            "compare it with the smallest null score.")
 
 
 _WINDOW = Exercise(
@@ -539,6 +587,7 @@ _WINDOW = Exercise(
 )
 
 
+@checker
 def check_window_span(fn: Callable) -> bool:
     """Check ``fn(start_logits, end_logits, offsets, context_start, context_lengths,
     max_tokens) -> (start, end) | None`` (Lesson 7, §7).
@@ -547,6 +596,7 @@ def check_window_span(fn: Callable) -> bool:
     k's context runs from row position ``context_start`` for ``context_lengths[k]`` pieces and
     begins at piece ``offsets[k]`` of the whole context. The answer is the best allowed span
     over all windows (start <= end, end - start + 1 <= max_tokens), in the context's pieces,
-    or None when its score does not beat the smallest s[CLS] + e[CLS] over the windows.
+    or None when its score does not beat the smallest s[CLS] + e[CLS] over the windows (a tie
+    is None).
     """
     return run(_WINDOW, fn)

@@ -14,6 +14,7 @@ from encoderlab.course.checks.harness import (
     Exercise,
     as_tensor,
     call,
+    checker,
     close,
     differs,
     require_callable,
@@ -45,20 +46,22 @@ def _masked_sum(hidden, mask):
 
 
 _POOLING_MISTAKES = [
-    ("your mean includes the [PAD] positions (hidden.mean(dim=1)): multiply by the mask before "
-     "summing and divide by the number of real tokens, mask.sum(dim=1, keepdim=True).",
+    ("your mean includes the [PAD] positions (hidden.mean(dim=1)).",
+     "multiply by the mask before summing, then divide by mask.sum(dim=1, keepdim=True).",
      lambda h, m: h.mean(dim=1)),
-    ("you sum only the real tokens but divide by the padded length n; divide by each row's own "
-     "count of real tokens, mask.sum(dim=1, keepdim=True).",
+    ("you sum only the real tokens but divide by the padded length n.",
+     "divide by each row's own count of real tokens, mask.sum(dim=1, keepdim=True).",
      lambda h, m: _masked_sum(h, m) / h.shape[1]),
     ("you return the masked sum without dividing by the count of real tokens: that is the "
      "mean times the length, so longer texts get longer vectors.",
+     "divide by mask.sum(dim=1, keepdim=True).",
      lambda h, m: _masked_sum(h, m)),
     ("you divide by the number of real tokens in the whole batch (mask.sum()), one number for "
-     "every row; each row needs its own count, mask.sum(dim=1, keepdim=True).",
+     "every row, but each row needs its own count.",
+     "divide by mask.sum(dim=1, keepdim=True).",
      lambda h, m: _masked_sum(h, m) / m.sum()),
-    ("your function returns the [CLS] vector, hidden[:, 0]; the task is the mean over real "
-     "tokens.",
+    ("your function returns the [CLS] vector, hidden[:, 0], not the mean over real tokens.",
+     "sum hidden * mask over the tokens and divide by mask.sum(dim=1, keepdim=True).",
      lambda h, m: h[:, 0]),
 ]
 
@@ -91,6 +94,7 @@ _POOLING = Exercise(
 )
 
 
+@checker
 def check_mean_pooling(fn: Callable) -> bool:
     """Check ``fn(hidden, attention_mask)`` returns the (b, d) mean over real tokens (Lesson 8, §1).
 
@@ -121,20 +125,25 @@ def _recall_cases() -> list[tuple]:
 
 
 _RECALL_MISTAKES = [
-    ("you look only at the document at rank k (row[k - 1]); recall@k counts a query as found "
-     "if any of its first k documents, row[:k], is right.",
+    ("you look only at the document at rank k (row[k - 1]), but recall@k counts a query as "
+     "found if any of its first k documents is right.",
+     "look at row[:k].",
      lambda r, a, k: sum(row[k - 1] in s for row, s in zip(r, a)) / len(r)),
-    ("you look at one document too many (row[:k + 1]); the first k documents are row[:k].",
+    ("you look at one document too many (row[:k + 1]).",
+     "the first k documents are row[:k].",
      lambda r, a, k: _recall_reference(r, a, k + 1)),
-    ("you look at one document too few (row[:k - 1]); the first k documents are row[:k].",
+    ("you look at one document too few (row[:k - 1]).",
+     "the first k documents are row[:k].",
      lambda r, a, k: _recall_reference(r, a, max(k - 1, 0))),
-    ("you return the number of queries found, not the share: divide by the number of queries.",
+    ("you return the number of queries found, not the share.",
+     "divide by the number of queries.",
      lambda r, a, k: float(sum(bool(set(row[:k]) & s) for row, s in zip(r, a)))),
-    ("you average the share of each query's right documents that are found; this course's "
-     "recall@k asks whether at least one right document is in the first k (a hit is 1 or 0 "
-     "per query).",
+    ("you average the share of each query's right documents that are found, but this course's "
+     "recall@k asks whether at least one right document is in the first k.",
+     "count a hit as 1 or 0 per query.",
      lambda r, a, k: sum(len(set(row[:k]) & s) / len(s) for row, s in zip(r, a)) / len(r)),
     ("you ignore k and always look at the first document only.",
+     "look at the first k documents, row[:k].",
      lambda r, a, k: _recall_reference(r, a, 1)),
 ]
 
@@ -143,8 +152,8 @@ def _as_share(value, where, *case) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise CheckFailed(f"your function returned a {type(value).__name__} on {where}; "
-                          "return one number, the share of queries found.") from None
+        raise CheckFailed(f"your function returned a {type(value).__name__} on {where}, not a "
+                          "number.", "return one number, the share of queries found.") from None
 
 
 def _first_wrong_recall(attempt) -> str:
@@ -169,6 +178,7 @@ _RECALL = Exercise(
 )
 
 
+@checker
 def check_recall_at_k(fn: Callable) -> bool:
     """Check ``fn(ranked, answers, k)`` returns the share of queries with a right document among
     their first k (Lesson 8, §3). ``ranked[i]`` lists document indices best first (a list or a
@@ -202,23 +212,25 @@ def _info_nce_cases() -> list[tuple]:
 
 
 _INFO_NCE_MISTAKES = [
-    ("you use raw dot products: normalise both sides' rows to unit length first, so the logits "
-     "are scale × cosine.",
+    ("you use raw dot products, not cosines.",
+     "normalise both sides' rows to unit length first, so the logits are scale × cosine.",
      partial(_info_nce, normalize=False)),
-    ("you divide the cosines by scale; scale is 1 / temperature, so the logits are "
-     "scale × cos(a_i, b_j).",
+    ("you divide the cosines by scale, but scale is 1 / temperature.",
+     "the logits are scale × cos(a_i, b_j).",
      partial(_info_nce, divide=True)),
-    ("you forgot the scale: the logits are scale × cos(a_i, b_j) (with cosines in [-1, 1] alone "
-     "the softmax can barely prefer the right partner).",
+    ("you forgot the scale: with cosines in [-1, 1] alone the softmax can barely prefer the "
+     "right partner.",
+     "the logits are scale × cos(a_i, b_j).",
      lambda a, b, scale: _info_nce(a, b, 1.0)),
-    ("your loss sums over the batch; take the mean of the B cross-entropies "
-     "(F.cross_entropy's default).",
+    ("your loss sums over the batch instead of averaging.",
+     "take the mean of the B cross-entropies (F.cross_entropy's default).",
      partial(_info_nce, reduce="sum")),
-    ("you compare a with itself (a @ a.T): the negatives and the positive are the rows of b.",
+    ("you compare a with itself (a @ a.T), but the negatives and the positive are the rows of b.",
+     "use S = a bᵀ.",
      partial(_info_nce, self_sim=True)),
-    ("your softmax runs down the columns (the loss of b's rows against a's); this loss asks "
-     "each row a_i to pick its partner b_i among the batch's b's: rows of S = a bᵀ, labels "
-     "0..B-1.",
+    ("your softmax runs down the columns (the loss of b's rows against a's), but this loss asks "
+     "each row a_i to pick its partner b_i among the batch's b's.",
+     "cross-entropy over the rows of S = a bᵀ, labels 0..B-1.",
      partial(_info_nce, transpose=True)),
 ]
 
@@ -226,8 +238,8 @@ _INFO_NCE_MISTAKES = [
 def _loss_answer(result, where, a, b, scale) -> torch.Tensor:
     out = as_tensor(result, "a scalar loss tensor")
     if out.numel() != 1:
-        raise CheckFailed(f"your loss has shape {tuple(out.shape)} on {where}; return one "
-                          "number, the mean over the batch (a 0-d tensor).")
+        raise CheckFailed(f"your loss has shape {tuple(out.shape)} on {where}, not one number.",
+                          "return the mean over the batch, a 0-d tensor.")
     return out.reshape(()).double()
 
 
@@ -249,6 +261,7 @@ _INFO_NCE = Exercise(
 )
 
 
+@checker
 def check_in_batch_negatives_loss(fn: Callable) -> bool:
     """Check ``fn(a, b, scale)`` is InfoNCE with in-batch negatives (Lesson 8, §5): the mean
     cross-entropy of the rows of scale · cos(a_i, b_j) against the diagonal."""
@@ -295,6 +308,10 @@ def _rerank_cases() -> list[tuple]:
         cases.append((bi, table, k))
     bi = torch.randint(0, 4, (3, 10), generator=g).double() / 4  # the bi-encoder ties too
     cases.append((bi, torch.randint(0, 3, (3, 10), generator=g).double(), 5))
+    # bi-encoder scores far apart (scaled cosines), cross-encoder scores close together: adding
+    # the two keeps the bi-encoder's order, which only the cross-encoder's order may replace
+    bi = 20 * torch.rand(4, 12, generator=g, dtype=torch.float64)
+    cases.append((bi, torch.rand(4, 12, generator=g, dtype=torch.float64), 6))
     return cases
 
 
@@ -319,6 +336,22 @@ def _python_sorted_pairs(bi, table, k):
     return torch.stack(out)
 
 
+def _bi_plus_cross(bi, table, k):
+    out = []
+    for i, row in enumerate(_bi_top(bi, k).tolist()):
+        order = torch.sort(table[i, row] + bi[i, row], descending=True, stable=True).indices
+        out.append(torch.tensor(row)[order])
+    return torch.stack(out)
+
+
+def _topk_candidates(bi, table, k):
+    out = []
+    for i, row in enumerate(torch.topk(bi, k, dim=1).indices.tolist()):  # ties: any order
+        order = torch.sort(table[i, row], descending=True, stable=True).indices
+        out.append(torch.tensor(row)[order])
+    return torch.stack(out)
+
+
 def _whole_collection(bi, table, k):
     return torch.sort(table, dim=1, descending=True, stable=True).indices[:, :k]
 
@@ -326,24 +359,35 @@ def _whole_collection(bi, table, k):
 _RERANK_MISTAKES = [
     ("your lists are the bi-encoder's top k in its own order: the cross-encoder's scores were "
      "not used to re-order them.",
+     "sort each query's candidates by cross_score(i, candidates), best first.",
      lambda bi, table, k: _bi_top(bi, k)),
-    ("your lists are in increasing order of the cross-encoder's score, worst first; sort with "
-     "descending=True.",
+    ("your lists are in increasing order of the cross-encoder's score, worst first.",
+     "sort with descending=True.",
      lambda bi, table, k: torch.stack([torch.tensor(row)[torch.sort(
          table[i, row], stable=True).indices] for i, row in enumerate(_bi_top(bi, k).tolist())])),
-    ("you return positions inside the top k (0 to k - 1), not passage indices: map each "
-     "position back through the candidate list, candidates[position].",
+    ("you return positions inside the top k (0 to k - 1), not passage indices.",
+     "map each position back through the candidate list: candidates[position].",
      lambda bi, table, k: torch.stack([torch.sort(table[i, row], descending=True,
                                                   stable=True).indices
                                        for i, row in enumerate(_bi_top(bi, k).tolist())])),
     ("where the cross-encoder ties, your order puts the larger passage index first "
-     "(sorted(zip(scores, candidates), reverse=True) compares the indices too); ties must keep "
-     "the bi-encoder's order: sort the scores alone with a stable sort (torch.sort(..., "
-     "stable=True)).",
+     "(sorted(zip(scores, candidates), reverse=True) compares the indices too), but ties must "
+     "keep the bi-encoder's order.",
+     "sort the scores alone with a stable sort: torch.sort(..., stable=True).",
      _python_sorted_pairs),
     ("where the cross-encoder ties, your order follows the passage index, not the bi-encoder's "
-     "ranking: keep the candidates in the bi-encoder's order (best first) and sort stably.",
+     "ranking.",
+     "keep the candidates in the bi-encoder's order (best first) and sort stably.",
      _by_index_then_score),
+    ("you sorted by the bi-encoder's score plus the cross-encoder's: where the bi-encoder's "
+     "scores are further apart than the cross-encoder's, the sum keeps the bi-encoder's order.",
+     "sort the candidates by cross_score(i, candidates) alone; the bi-encoder only chooses them.",
+     _bi_plus_cross),
+    ("where the bi-encoder's scores tie, your candidates are not in the order 'lower index "
+     "first': torch.topk does not promise any order among equal values.",
+     "take the candidates with torch.sort(bi_scores, dim=1, descending=True, stable=True)"
+     ".indices[:, :k].",
+     _topk_candidates),
 ]
 
 
@@ -356,15 +400,15 @@ def _rerank_answer(result, where, bi, table, k) -> torch.Tensor:
     return out.long()
 
 
-def _first_wrong_rerank(attempt) -> str:
+def _first_wrong_rerank(attempt) -> tuple[str, str]:
     i = attempt.first
     bi, _table, k = attempt.cases[i]
     mine, right = attempt.answers[i], attempt.references[i]
     q = int((mine != right).any(dim=1).nonzero()[0])
     return (f"on {attempt.where(i)}, query {q}: your list is {mine[q].tolist()}, the re-ranked "
-            f"top {k} is {right[q].tolist()}. Take the bi-encoder's top {k} (best first), score "
-            "them with cross_score(i, candidates), and sort by that score, ties in the "
-            "bi-encoder's order.")
+            f"top {k} is {right[q].tolist()}.",
+            f"take the bi-encoder's top {k} (best first), score them with cross_score(i, "
+            "candidates), and sort by that score, ties in the bi-encoder's order.")
 
 
 _RERANK = Exercise(
@@ -379,6 +423,7 @@ _RERANK = Exercise(
 )
 
 
+@checker
 def check_rerank_top_k(fn: Callable) -> bool:
     """Check ``fn(bi_scores, cross_score, k)`` re-ranks each query's bi-encoder top k by the
     cross-encoder (Lesson 8, §6).
@@ -404,18 +449,30 @@ def _check_scoring_budget(fn: Callable) -> None:
     asked: dict[int, list[int]] = {}
     for i, candidates in log.calls:
         asked.setdefault(i, []).extend(candidates)
+    bottom = torch.sort(bi, dim=1, descending=False, stable=True).indices[:, :k].tolist()
     for i, passages in sorted(asked.items()):
         outside = sorted(set(passages) - set(top[i]))
+        if len(set(passages)) > k:
+            raise CheckFailed(
+                f"your function asked the cross-encoder about {len(set(passages))} passages of "
+                f"query {i}, more than k = {k}: scoring more than the top k per query is the "
+                "cost re-ranking avoids.",
+                f"score only the top k, the {k} passages with the highest bi_scores.")
+        if set(passages) == set(bottom[i]):
+            raise CheckFailed(
+                f"your function scored query {i}'s {k} passages with the LOWEST bi_scores, "
+                "not the highest: the candidates come from an ascending sort.",
+                "sort bi_scores with descending=True before taking the first k.")
         if outside:
             raise CheckFailed(
                 f"your function asked the cross-encoder about query {i} with passages "
-                f"{outside[:5]}, which are not in its bi-encoder top {k}: scoring "
-                f"{len(set(passages))} passages per query is the cost re-ranking avoids. Score "
-                f"only the top k, the {k} passages with the highest bi_scores.")
+                f"{outside[:5]}, which are not in its bi-encoder top {k}: the candidates are "
+                "the wrong ones.",
+                f"score only the top k, the {k} passages with the highest bi_scores.")
         if len(passages) != len(set(passages)):
             raise CheckFailed(f"your function scored some passages of query {i} more than once "
-                              "(each is a full cross-encoder pass): score each candidate once.")
+                              "(each is a full cross-encoder pass).", "score each candidate once.")
     missing = [i for i in range(bi.shape[0]) if i not in asked]
     if missing:
-        raise CheckFailed(f"your function never asked the cross-encoder about queries {missing}: "
-                          "call cross_score(i, candidates) once per query.")
+        raise CheckFailed(f"your function never asked the cross-encoder about queries "
+                          f"{missing}.", "call cross_score(i, candidates) once per query.")

@@ -1,7 +1,9 @@
-"""Lesson 9's checker: the online softmax, softmax(s) v accumulated over chunks of keys (§2)."""
+"""Lesson 9's checkers: the online softmax, softmax(s) v accumulated over chunks of keys (§2), and
+the tiled backward pass, dQ, dK, dV recomputed tile by tile from the saved log-sum-exp (§2)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from functools import partial, wraps
@@ -12,14 +14,16 @@ from torch.nn import functional as F
 from encoderlab.course.checks.harness import (
     CheckFailed,
     Exercise,
+    Message,
     as_tensor,
+    checker,
     close,
     differs,
     require_callable,
     run,
 )
 
-__all__ = ["check_online_softmax"]
+__all__ = ["check_online_softmax", "check_tiled_backward"]
 
 
 def _online_variant(s, v, chunk_size, *, rescale=True, sign=1.0, track_max=True,
@@ -54,39 +58,43 @@ def _online_variant(s, v, chunk_size, *, rescale=True, sign=1.0, track_max=True,
 
 
 _ONLINE_MISTAKES = [
-    ("your running sums are not rescaled when the max grows: multiply the old denominator l and "
-     "the old numerator by exp(m_old - m_new) before adding the new chunk, or the terms summed "
-     "earlier stay measured against an old max.",
+    ("your running sums are not rescaled when the max grows: the terms summed earlier stay "
+     "measured against an old max.",
+     "multiply the old denominator l and the old numerator by exp(m_old - m_new) before adding "
+     "the new chunk.",
      partial(_online_variant, rescale=False)),
     ("you rescale the running denominator l but not the running numerator: when the max grows, "
+     "its old terms stay measured against the old max.",
      "multiply the old numerator by exp(m_old - m_new) too, before adding the new chunk's "
-     "p @ v, or its old terms stay measured against the old max.",
+     "p @ v.",
      partial(_online_variant, rescale_acc=False)),
     ("you rescale the running numerator but not the running denominator l: when the max grows, "
-     "multiply the old l by exp(m_old - m_new) too, before adding the new chunk's sum, or its "
-     "old terms stay measured against the old max.",
+     "its old terms stay measured against the old max.",
+     "multiply the old l by exp(m_old - m_new) too, before adding the new chunk's sum.",
      partial(_online_variant, rescale_l=False)),
-    ("you subtract each chunk's own max and add the chunks up as they are: terms measured "
-     "against different maxima cannot be added; keep one running max m over all chunks seen, "
-     "exponentiate s - m_new, and re-measure the old sums by exp(m_old - m_new).",
+    ("you subtract each chunk's own max and add the chunks up as they are, but terms measured "
+     "against different maxima cannot be added.",
+     "keep one running max m over all chunks seen, exponentiate s - m_new, and re-measure the "
+     "old sums by exp(m_old - m_new).",
      partial(_online_variant, chunk_max=True)),
     ("you rescale by exp(m_new - m_old), the wrong sign: the old sums were computed with "
-     "exp(s - m_old) and must become exp(s - m_new), so multiply them by exp(m_old - m_new) <= 1.",
+     "exp(s - m_old) and must become exp(s - m_new).",
+     "multiply them by exp(m_old - m_new), which is <= 1.",
      partial(_online_variant, sign=-1.0)),
-    ("you return the running numerator without dividing it by the running denominator l: "
+    ("you return the running numerator without dividing it by the running denominator l.",
      "after the last chunk, the output is acc / l.",
      partial(_online_variant, divide=False)),
     ("your loop skips the last chunk when it is shorter than chunk_size (n_kv is not always a "
-     "multiple of chunk_size): loop over range(0, n_kv, chunk_size) and slice "
-     "s[:, c:c + chunk_size], which is shorter for the last chunk.",
+     "multiple of chunk_size).",
+     "loop over range(0, n_kv, chunk_size) and slice s[:, c:c + chunk_size], shorter at the end.",
      partial(_online_variant, drop_last=True)),
-    ("you normalise each chunk on its own and combine the chunk outputs: a chunk's softmax "
-     "ignores the other chunks' scores; carry the running max m and denominator l across "
-     "chunks and divide once, at the end.",
+    ("you normalise each chunk on its own and combine the chunk outputs, but a chunk's softmax "
+     "ignores the other chunks' scores.",
+     "carry the running max m and denominator l across chunks and divide once, at the end.",
      partial(_online_variant, per_chunk=True)),
     ("you do not subtract a running max: exp(s) overflows to inf for scores above ~88 in "
-     "float32 and the output becomes NaN; keep m = max of the scores seen so far and "
-     "exponentiate s - m.",
+     "float32 and the output becomes NaN.",
+     "keep m = max of the scores seen so far and exponentiate s - m.",
      partial(_online_variant, track_max=False)),
 ]
 
@@ -273,16 +281,16 @@ def _online_output(result, where, s, v, chunk_size, reads) -> torch.Tensor:
         raise CheckFailed(
             f"your function {FULL_ROW_SOFTMAX} ({reads[0][1]}, with chunk_size={chunk_size}, "
             f"on {where}), which the exercise forbids: the point is to never hold a whole row "
-            "of probabilities. Loop over chunks s[:, c:c + chunk_size], keep a running max m, "
-            "denominator l and numerator, and divide once at the end."
+            "of probabilities.",
+            "loop over chunks s[:, c:c + chunk_size], keep a running max m, denominator l and "
+            "numerator, and divide once at the end.",
         )
     if reads:
         raise CheckFailed(
             f"your function computed {reads[0]} at once (on {where}), but the exercise reads "
-            "the scores only chunk_size columns at a time: slice a chunk, "
-            "s[:, c:c + chunk_size], and compute with that slice alone; the running max m, "
-            "denominator l and numerator are what replace a softmax (or a max) over the "
-            "whole row."
+            "the scores only chunk_size columns at a time.",
+            "slice a chunk, s[:, c:c + chunk_size], and compute with it alone; a running max m, "
+            "denominator l and numerator replace a softmax (or a max) over the whole row.",
         )
     if tuple(out.shape) != (s.shape[0], v.shape[1]):
         raise CheckFailed(f"your output has shape {tuple(out.shape)} on {where}; expected "
@@ -290,11 +298,12 @@ def _online_output(result, where, s, v, chunk_size, reads) -> torch.Tensor:
     return out.double()
 
 
-def _online_fallback(attempt) -> str:
+def _online_fallback(attempt) -> Message:
     if any(not torch.isfinite(attempt.answers[k]).all() for k in attempt.wrong):
         return (
-            f"your output has inf or NaN on {attempt.where(attempt.first)}: subtract the "
-            "running max before exponentiating, and divide by l only once, at the end."
+            f"your output has inf or NaN on {attempt.where(attempt.first)}.",
+            "subtract the running max before exponentiating, and divide by l only once, at the "
+            "end.",
         )
     return differs(
         attempt, "output", "softmax(s) v",
@@ -318,6 +327,7 @@ _ONLINE = Exercise(
 )
 
 
+@checker
 def check_online_softmax(fn: Callable) -> bool:
     """Check ``fn(s, v, chunk_size)`` = softmax(s) v, accumulated over chunks of keys
     (Lesson 9, §2). ``s`` is (n_q, n_kv) scores, ``v`` is (n_kv, d_v) values.
@@ -331,3 +341,235 @@ def check_online_softmax(fn: Callable) -> bool:
     mistakes (``_ONLINE_MISTAKES``), which are named in words."""
     require_callable(fn)
     return run(_ONLINE, _forbidding_full_row_softmax(fn))
+
+
+# --- The tiled backward pass (§2) ----------------------------------------------------------------
+
+
+def _backward_variant(q, k, v, out, lse, grad_out, block_size, *, use_d=True, normalise=True,
+                      scale_grads=True, transpose_dv=True, transpose_dk=True, tile_d=False,
+                      lse_per_row=True, scale_s=True, ds_sign=1.0):
+    """dQ, dK, dV of softmax(QK^T / sqrt(d)) V, tile by tile from L, with one slip switched on."""
+    q, k, v, out, lse, grad_out = (t.double() for t in (q, k, v, out, lse, grad_out))
+    n, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    d_row = (grad_out * out).sum(dim=-1, keepdim=True)  # D_i = rowsum(dO * O), (n, 1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for c0 in range(0, n, block_size):
+        k_j, v_j = k[c0:c0 + block_size], v[c0:c0 + block_size]
+        for r0 in range(0, n, block_size):
+            q_i, do_i = q[r0:r0 + block_size], grad_out[r0:r0 + block_size]
+            s = q_i @ k_j.T * (scale if scale_s else 1.0)  # (B_r, B_c)
+            if not normalise:
+                p = torch.exp(s)  # exp of the scores, never divided by the row's sum
+            elif lse_per_row:
+                p = torch.exp(s - lse[r0:r0 + block_size, None])
+            else:  # L laid along the keys: L_j subtracted from column j
+                p = torch.exp(s - lse[None, c0:c0 + block_size])
+            dp = do_i @ v_j.T  # (B_r, B_c)
+            if tile_d:
+                d_i = (p * dp).sum(dim=-1, keepdim=True)  # D over this key tile only
+            else:
+                d_i = d_row[r0:r0 + block_size] if use_d else 0.0
+            ds = ds_sign * p * (dp - d_i)
+            g = scale if scale_grads else 1.0
+            dv[c0:c0 + block_size] += (p.T if transpose_dv else p) @ do_i
+            dq[r0:r0 + block_size] += ds @ k_j * g
+            dk[c0:c0 + block_size] += (ds.T if transpose_dk else ds) @ q_i * g
+    return dq, dk, dv
+
+
+_BACKWARD_MISTAKES = [
+    ("your dS leaves out the D term the softmax's derivative needs: dQ and dK come out wrong "
+     "while dV is right.",
+     "dS = P * (dP - D), where D_i = rowsum(dO_i * O_i), computed once from dO and O before the "
+     "loop.",
+     partial(_backward_variant, use_d=False)),
+    ("your D is summed over one key tile only, but D_i = rowsum(P_i * dP_i) needs the whole "
+     "row, which a tile never holds.",
+     "compute D = rowsum(dO * O) once, before the loop: the whole row's sum, from two (n, d) "
+     "matrices.",
+     partial(_backward_variant, tile_d=True)),
+    ("your P is not normalised: exp(S) is not the softmax.",
+     "subtract the saved log-sum-exp, P = exp(S - L[:, None]), which divides each row by its sum.",
+     partial(_backward_variant, normalise=False)),
+    ("your P subtracts L along the wrong axis, but L has one number per query row.",
+     "P_ij = exp(S_ij - L_i) needs L[rows, None] (a column), not L[None, cols].",
+     partial(_backward_variant, lse_per_row=False)),
+    ("your dQ and dK miss the scale 1/sqrt(d) of the scores S = QK^T / sqrt(d).",
+     "the chain rule multiplies dS K and dS^T Q by 1/sqrt(d) too.",
+     partial(_backward_variant, scale_grads=False)),
+    ("your P leaves the scores unscaled when it recomputes them: exp(QK^T - L) is not the "
+     "forward's P, so dV is wrong as well as dQ and dK.",
+     "recompute S_ij = Q_i K_j^T / sqrt(d) exactly as the forward did, then P_ij = "
+     "exp(S_ij - L_i).",
+     partial(_backward_variant, scale_s=False)),
+    ("your dS has the wrong sign: dQ and dK come out as minus the right ones, while dV is right.",
+     "dS = P * (dP - D), with dP = dO V^T: the row's dP minus its mean under P, not the other "
+     "way round.",
+     partial(_backward_variant, ds_sign=-1.0)),
+]
+
+
+def _backward_cases() -> list[tuple]:
+    """(q, k, v, out, lse, grad_out, block_size) in float32, with O and L from a dense forward."""
+    g = torch.Generator().manual_seed(19)
+    cases = []
+    # (n, d, block, score scale): a readable case, a block that does not divide n, peaked rows,
+    # one tile only, and a long case where an n x n tensor is far above the memory budget.
+    for n, d, block, scale in [(8, 4, 4, 1.0), (10, 3, 4, 1.0), (12, 4, 5, 3.0), (6, 2, 8, 1.0),
+                               (96, 8, 16, 1.0)]:
+        q = torch.randn(n, d, generator=g, dtype=torch.float64) * scale
+        k, v, grad_out = (torch.randn(n, d, generator=g, dtype=torch.float64) for _ in range(3))
+        s = q @ k.T / math.sqrt(d)
+        lse = torch.logsumexp(s, dim=-1)  # (n,)
+        out = torch.softmax(s, dim=-1) @ v  # (n, d)
+        cases.append(tuple(t.float() for t in (q, k, v, out, lse, grad_out)) + (block,))
+    return cases
+
+
+def _budget(q, block_size) -> int:
+    """Entries the largest tensor may hold: a (B, B) tile, a row strip (B, n) or an (n, d)."""
+    n, d = q.shape
+    return n * max(d, block_size)
+
+
+def _sizes_made(func, args, kwargs, result) -> list[tuple[int, tuple]]:
+    """(entries, shape) of every tensor a torch call returned, plus the score matrix a fused
+    attention kernel builds inside it, which its output does not show."""
+    made = [(t.numel(), tuple(t.shape)) for t in
+            (result if isinstance(result, (tuple, list)) else [result])
+            if isinstance(t, torch.Tensor)]
+    if func is F.scaled_dot_product_attention and len(args) >= 2:
+        n_q, n_kv = args[0].shape[-2], args[1].shape[-2]
+        made.append((math.prod(args[0].shape[:-1]) * n_kv, (*args[0].shape[:-2], n_q, n_kv)))
+    return made
+
+
+def _watching_sizes(fn: Callable, largest: list) -> Callable:
+    """``fn`` run under a torch function mode that notes the largest tensor any call makes.
+
+    Every torch function, tensor method and operator (``@``, ``*``, slicing) passes through the
+    mode, so a (n, n) product is seen wherever it is made. The note goes to ``largest`` (one
+    (entries, shape) per call of ``fn``), read by :func:`_backward_output`: noted, not raised,
+    so that a ``try`` in ``fn`` cannot hide it.
+    """
+    from torch.overrides import TorchFunctionMode
+
+    class _Sizes(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.biggest = (0, ())
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            for entries, shape in _sizes_made(func, args, kwargs, result):
+                if entries > self.biggest[0]:
+                    self.biggest = (entries, shape)
+            return result
+
+    @wraps(fn)
+    def watched(*args):
+        sizes = _Sizes()
+        try:
+            with sizes:
+                return fn(*args)
+        except RuntimeError as error:  # a missing transpose meets the short last tile
+            if error.args and "cannot be multiplied" in str(error.args[0]):
+                error.args = (f"{error.args[0]}; {TRANSPOSE_HINT}", *error.args[1:])
+            raise
+        finally:
+            largest.append(sizes.biggest)
+
+    return watched
+
+
+TRANSPOSE_HINT = (
+    "a tile at the end of a row or column is not square, so a missing transpose shows up as "
+    "a shape error there: O = PV gives dV_j = P_ij^T dO_i, and S = QK^T gives "
+    "dK_j = dS_ij^T Q_i / sqrt(d)"
+)
+FULL_MATRIX = "built a tensor as large as the n x n matrix"  # the start of the message, for tests
+
+
+def _backward_output(result, where, q, k, v, out, lse, grad_out, block_size, *, largest):
+    """(dQ, dK, dV) as float64, provided nothing near n x n was built on a long case."""
+    entries, shape = largest[-1] if largest else (0, ())
+    n = q.shape[0]
+    if n * n > _budget(q, block_size) and entries > _budget(q, block_size):
+        raise CheckFailed(
+            f"your function {FULL_MATRIX} (a tensor of shape {shape}, {entries} entries, on "
+            f"{where}), which the exercise forbids: the point is that P and dS exist one "
+            f"({block_size}, {block_size}) tile at a time.",
+            "loop over key tiles and query tiles, recompute each tile of P from Q_i, K_j and L, "
+            "and add its contributions to dQ, dK and dV.",
+        )
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        raise CheckFailed(f"your function returned {type(result).__name__}, not three "
+                          "gradients.", "return a tuple (dq, dk, dv), each of shape (n, d).")
+    grads = tuple(as_tensor(x, "a tuple (dq, dk, dv) of tensors").double() for x in result)
+    for name, x, like in zip(("dq", "dk", "dv"), grads, (q, k, v), strict=True):
+        if x.shape != like.shape:
+            raise CheckFailed(f"your {name} has shape {tuple(x.shape)} on {where}; expected "
+                              f"{tuple(like.shape)}, the shape of {name[1]}.")
+    return grads
+
+
+def _dense_gradients(q, k, v, out, lse, grad_out, block_size):
+    """Autograd through dense attention, in float64: the answer."""
+    q, k, v = (t.double().requires_grad_() for t in (q, k, v))
+    o = torch.softmax(q @ k.T / math.sqrt(q.shape[1]), dim=-1) @ v
+    return torch.autograd.grad(o, (q, k, v), grad_out.double())
+
+
+def _same_gradients(mine, right) -> bool:
+    return all(close(a, b) for a, b in zip(mine, right, strict=True))
+
+
+def _backward_fallback(attempt) -> tuple[str, str]:
+    first = attempt.first
+    mine, right = attempt.answers[first], attempt.references[first]
+    wrong = [(name, (a - b).abs().max().item()) for name, a, b in zip(("dQ", "dK", "dV"), mine,
+                                                                      right, strict=True)
+             if not close(a, b)]
+    listed = ", ".join(f"{name} by up to {gap:.3g}" for name, gap in wrong)
+    diagnosis = (f"your gradients differ from autograd through dense attention on "
+                 f"{attempt.where(first)}: {listed}.")
+    if any(name == "dV" for name, _ in wrong):  # dV = P^T dO needs only P: P itself is wrong
+        return (f"{diagnosis[:-1]}; dV, which needs only P, is wrong too, so your P differs "
+                "from the forward's.",
+                "recompute S_ij = Q_i K_j^T / sqrt(d) exactly as in the forward, then "
+                "P_ij = exp(S_ij - L_i), and dV_j = sum over i of P_ij^T dO_i.")
+    return (f"{diagnosis[:-1]}; dV is right, so P is right and the error is in dS or after it.",
+            "dQ and dK need dS = P * (dP - D), with dP = dO V^T and D = rowsum(dO * O): check "
+            "one tile of dS by hand against the dense formulas.")
+
+
+_BACKWARD = Exercise(
+    title="tiled backward pass",
+    cases=_backward_cases,
+    arguments=lambda *case: tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in case),
+    answer=_backward_output,  # bound to the call's size log in check_tiled_backward
+    reference=_dense_gradients,
+    describe=lambda q, k, v, out, lse, grad_out, block_size: (
+        f"n={q.shape[0]}, d={q.shape[1]}, block_size={block_size}"),
+    same=_same_gradients,
+    mistakes=_BACKWARD_MISTAKES,
+    fallback=_backward_fallback,
+)
+
+
+@checker
+def check_tiled_backward(fn: Callable) -> bool:
+    """Check ``fn(q, k, v, out, lse, grad_out, block_size)`` = (dQ, dK, dV) of
+    softmax(QK^T / sqrt(d)) V (Lesson 9, §2), all (n, d) but ``lse``, (n,).
+
+    The answer is compared with autograd through dense attention. While ``fn`` runs, the size of
+    every tensor any operation makes is watched (:func:`_watching_sizes`): on a case where n x n
+    is larger than n * max(d, block_size), a tensor above that budget fails, whatever ``fn``
+    returns; a (B, B) tile, a (B, n) strip of rows or an (n, d) matrix fit. A wrong result is
+    matched against the usual mistakes (``_BACKWARD_MISTAKES``), named in words."""
+    require_callable(fn)
+    largest: list = []
+    exercise = dataclasses.replace(_BACKWARD, answer=partial(_backward_output, largest=largest))
+    return run(exercise, _watching_sizes(fn, largest))

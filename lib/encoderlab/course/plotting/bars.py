@@ -7,6 +7,7 @@ and each draw of a random procedure against the band that noise alone allows.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -20,8 +21,10 @@ from encoderlab.course.plotting.style import (
     FONT_SIZES,
     LINESTYLES,
     MARKERS,
+    MAX_FIGURE_WIDTH,
     RECALL_COLORS,
     SHADES,
+    column_width,
     role_of,
     use_style,
 )
@@ -60,7 +63,8 @@ def timing_bars(
         raise ValueError("timing_bars() needs at least one row, got none.")
     xs = list(dict.fromkeys(field(r, x) for r in rows))  # in first-seen order
     groups = list(dict.fromkeys(field(r, group) for r in rows))
-    ax = new_axes(ax, figsize=(max(4.5, 1.1 * len(xs) * len(groups) ** 0.5 + 2), 3.4))
+    ax = new_axes(ax, figsize=(column_width(max(4.5, 1.1 * len(xs) * len(groups) ** 0.5 + 2)),
+                                 3.4))
     width = 0.8 / len(groups)
     extra = iter(EXTRA_COLORS * 4)
     for g_index, g in enumerate(groups):
@@ -106,7 +110,7 @@ def accuracy_bars(
     if not groups:
         raise ValueError("accuracy_bars() needs at least one group, got none.")
     series = list(dict.fromkeys(name for g in groups for name in results[g]))
-    ax = new_axes(ax, figsize=(max(4.5, 1.6 * len(groups) + 1.5), 3.4))
+    ax = new_axes(ax, figsize=(column_width(max(4.5, 1.6 * len(groups) + 1.5)), 3.4))
     width = 0.8 / len(series)
     extra = iter(EXTRA_COLORS * 4)
     for s_index, name in enumerate(series):
@@ -149,7 +153,7 @@ def recall_bars(
             raise ValueError(
                 f"every method needs the same metrics {metrics}; {method!r} has {list(values)}."
             )
-    ax = new_axes(ax, figsize=(1.2 + 1.15 * len(results), 3.3))
+    ax = new_axes(ax, figsize=(column_width(1.2 + 1.15 * len(results)), 3.3))
     width = 0.8 / len(metrics)
     centres = np.arange(len(results))
     for k, metric in enumerate(metrics):
@@ -240,7 +244,8 @@ def parameter_bars(
     totals = {m: sum(breakdowns[m].values()) for m in models}
     if any(t <= 0 for t in totals.values()):
         raise ValueError(f"every breakdown needs a positive total, got {totals}.")
-    ax = new_axes(ax, figsize=(7.6, 0.36 * len(parts) * max(1, len(models)) ** 0.5 + 1.2))
+    ax = new_axes(ax, figsize=(MAX_FIGURE_WIDTH,
+                               0.36 * len(parts) * max(1, len(models)) ** 0.5 + 1.2))
     default = [COLORS["encoder"], EXTRA_COLORS[0], EXTRA_COLORS[3], EXTRA_COLORS[2]]
     height = 0.8 / len(models)
     for k, model in enumerate(models):
@@ -280,7 +285,7 @@ def labelled_bars(
         raise ValueError("labelled_bars() needs at least one value, got none.")
     names = list(values)
     heights = [float(values[k]) for k in names]
-    ax = new_axes(ax, figsize=(6.4, 0.45 * len(names) + 1.0))
+    ax = new_axes(ax, figsize=(MAX_FIGURE_WIDTH, 0.45 * len(names) + 1.0))
     face = [(colors or {}).get(k, COLORS["encoder"]) for k in names]
     bars = ax.barh(range(len(names)), heights, color=face, height=0.62)
     ax.bar_label(bars, labels=[fmt.format(h) for h in heights], fontsize=FONT_SIZES["cell"],
@@ -325,7 +330,9 @@ def top_k_bars(panels: Sequence[Mapping], ncols: int = 2, xlabel: str = "probabi
     nrows = -(-len(panels) // ncols)
     k_max = max(len(p["tokens"]) for p in panels)
     use_style()
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.3 * ncols, (0.28 * k_max + 0.9) * nrows),
+    panel_width = min(4.3, MAX_FIGURE_WIDTH / ncols)  # the figure fits the column
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_width * ncols,
+                                                    (0.28 * k_max + 1.1) * nrows),
                              layout="constrained", squeeze=False)
     for i, ax in enumerate(axes.flat):
         if i >= len(panels):
@@ -349,7 +356,10 @@ def top_k_bars(panels: Sequence[Mapping], ncols: int = 2, xlabel: str = "probabi
         ax.grid(axis="x")
         ax.set_axisbelow(True)
         if panel.get("title"):
-            ax.set_title(panel["title"], fontsize=FONT_SIZES["panel"], loc="left")
+            # characters per line, about: the panel less its tick labels
+            chars = int((panel_width - 0.8) * 72 / (0.6 * FONT_SIZES["panel"]))
+            ax.set_title(textwrap.fill(str(panel["title"]), chars), fontsize=FONT_SIZES["panel"],
+                         loc="left")
     if suptitle:
         fig.suptitle(suptitle)
     return fig
@@ -380,7 +390,7 @@ def target_bars(
     if missing:
         raise ValueError(f"targets has no value for {missing}; give one target per bar.")
     _check_role(role)
-    ax = new_axes(ax, figsize=(0.9 * len(names) + 2.2, 3.2))
+    ax = new_axes(ax, figsize=(column_width(0.9 * len(names) + 2.2), 3.2))
     heights = [float(measured[name]) for name in names]
     bars = ax.bar(range(len(names)), heights, width=0.6, color=COLORS[role], label="measured")
     ax.bar_label(bars, labels=[fmt.format(h) for h in heights], fontsize=FONT_SIZES["cell"],
@@ -421,7 +431,7 @@ def draws_around_target(
     if missing:
         raise ValueError(f"targets and sds need a value for every series; missing for {missing}.")
     _check_role(role)
-    ax = new_axes(ax, figsize=(1.3 * len(names) + 2.2, 3.2))
+    ax = new_axes(ax, figsize=(column_width(1.3 * len(names) + 2.2), 3.2))
     for k, name in enumerate(names):
         values = (as_array(draws[name]) - float(targets[name])) * 100  # (draws,) in points
         if values.ndim != 1 or values.size == 0:

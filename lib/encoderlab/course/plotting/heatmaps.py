@@ -28,8 +28,10 @@ from encoderlab.course.plotting.style import (
     COSINE_CMAP,
     FIGSIZES,
     FONT_SIZES,
+    MAX_FIGURE_WIDTH,
     SHADES,
     SIMILARITY_CMAP,
+    column_width,
 )
 
 
@@ -62,7 +64,8 @@ def similarity_heatmap(
     if vmin is None:
         off = s[~np.eye(m, dtype=bool)]
         vmin = float(off.min()) if off.size else 0.0
-    ax = new_axes(ax, figsize=(2.8 + 0.5 * m, 1.6 + 0.5 * m))
+    cell = min(0.5, (MAX_FIGURE_WIDTH - 2.8) / m)  # inches: the figure fits the column
+    ax = new_axes(ax, figsize=(2.8 + cell * m, 1.6 + cell * m))
     image = ax.imshow(s, cmap=SIMILARITY_CMAP, vmin=vmin, vmax=vmax, aspect="equal")
     ticks = list(labels) if labels is not None else [str(i) for i in range(m)]
     ax.set_xticks(range(m), labels=ticks, rotation=90)
@@ -127,7 +130,8 @@ def similarity_map(
     row_labels, col_labels = row_and_column_labels(labels, n_rows, n_cols, "similarity_map")
     big = max(n_rows, n_cols) > 40
     if labels is not None and not big:
-        figsize = (2.6 + 0.36 * n_cols, 1.8 + 0.36 * n_rows)
+        cell = min(0.36, (MAX_FIGURE_WIDTH - 2.9) / n_cols)  # the figure fits the column
+        figsize = (2.6 + cell * n_cols, 1.8 + cell * n_rows)
     else:
         figsize = FIGSIZES["similarity_map"]
     ax = new_axes(ax, figsize=figsize)
@@ -175,7 +179,7 @@ def layer_head_map(
             f"layer_head_map draws a (layers, heads) table, got shape {v.shape}."
         )
     L, h = v.shape
-    ax = new_axes(ax, figsize=(0.55 * h + 1.6, 0.45 * L + 1.0))
+    ax = new_axes(ax, figsize=(column_width(0.55 * h + 1.6), 0.45 * L + 1.0))
     vmax = float(np.nanmax(v)) if vmax is None else vmax
     image = ax.imshow(v, cmap=ATTENTION_CMAP, vmin=0.0, vmax=vmax, aspect="auto")
     ax.set_xticks(range(h), labels=[str(k + 1) for k in range(h)])
@@ -212,7 +216,8 @@ def confusion_heatmap(matrix, labels: Sequence[str], ax=None, title: str | None 
     if len(labels) != m.shape[0]:
         raise ValueError(f"labels must name the {m.shape[0]} classes, got {len(labels)}.")
     rows = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
-    ax = new_axes(ax, figsize=(1.6 + 1.0 * len(labels), 1.2 + 0.8 * len(labels)))
+    cell = min(1.0, (MAX_FIGURE_WIDTH - 1.6) / len(labels))  # the figure fits the column
+    ax = new_axes(ax, figsize=(1.6 + cell * len(labels), 1.2 + 0.8 * cell * len(labels)))
     image = ax.imshow(rows, cmap=CONFUSION_CMAP, vmin=0.0, vmax=1.0)
     for g in range(m.shape[0]):
         for p in range(m.shape[1]):
@@ -264,7 +269,8 @@ def retrieval_heatmap(
     if not vmax > 0:
         raise ValueError(f"retrieval_heatmap needs vmax > 0 (the scale runs from -vmax to vmax), "
                          f"got {vmax}.")
-    ax = new_axes(ax, figsize=(2.8 + 0.3 * n_d, 1.4 + 0.3 * n_q))
+    cell = min(0.3, (MAX_FIGURE_WIDTH - 2.8) / n_d)  # inches: the figure fits the column
+    ax = new_axes(ax, figsize=(2.8 + cell * n_d, 1.4 + cell * n_q))
     image = ax.imshow(s, cmap=COSINE_CMAP, vmin=-vmax, vmax=vmax, aspect="equal")
     ax.set_xticks(range(n_d), labels=list(doc_labels), rotation=90)
     ax.set_yticks(range(n_q), labels=list(query_labels))

@@ -50,7 +50,8 @@ def figure_key(path=None):
     """
     use_style()
     fig = plt.figure(figsize=FIGSIZES["figure_key"], layout="constrained")
-    grid = fig.add_gridspec(2, 2, width_ratios=[1.25, 1.0], height_ratios=[1.0, 0.95])
+    # four panels stacked, so that the key fits the column (style.py, the column rule)
+    grid = fig.add_gridspec(4, 1, height_ratios=[1.0, 0.8, 0.75, 0.9])
     masked = {"facecolor": COLORS["masked"], "edgecolor": SHADES["hatch"], "hatch": MASKED_HATCH,
               "linewidth": 0}
 
@@ -68,7 +69,7 @@ def figure_key(path=None):
     _blank(ax, (-0.1, 10.5), (-len(COLORS) + 0.4, 0.6))
 
     # Line styles and markers: a short sample of each.
-    ax = fig.add_subplot(grid[0, 1])
+    ax = fig.add_subplot(grid[1, 0])
     ax.set_title("Lines and markers", loc="left", fontweight="bold")
     measured = {"color": COLORS["library"], "linestyle": "-", "linewidth": 0.8, "markersize": 6}
     samples = [
@@ -90,7 +91,7 @@ def figure_key(path=None):
     _blank(ax, (-0.2, 6.0), (-len(samples) + 0.4, 0.6))
 
     # Attention weights: the colormap, a zero-weight cell and a masked cell.
-    ax = fig.add_subplot(grid[1, 0])
+    ax = fig.add_subplot(grid[2, 0])
     ax.set_title("Attention weights $A_{ij}$", loc="left", fontweight="bold")
     ax.imshow(np.linspace(0, 1, 256)[None, :], cmap=ATTENTION_CMAP, aspect="auto",
               extent=(0, 6, 1.4, 2.2), interpolation="bicubic")
@@ -113,7 +114,7 @@ def figure_key(path=None):
     _blank(ax, (-0.1, 6.6), (-3.6, 2.5))
 
     # An example in the key's own language: causal attention over a short sentence.
-    ax = fig.add_subplot(grid[1, 1])
+    ax = fig.add_subplot(grid[3, 0])
     tokens = ["[CLS]", "the", "dog", "ran", "[SEP]"]
     scores = np.random.default_rng(0).normal(size=(5, 5))
     allowed = np.tril(np.ones((5, 5), dtype=bool))

@@ -35,6 +35,7 @@ from encoderlab.course.plotting.style import (
     COLORS,
     FIGSIZES,
     FONT_SIZES,
+    MAX_FIGURE_WIDTH,
     SHADES,
     use_style,
 )
@@ -105,7 +106,8 @@ def attention_map(
                 f"mask of shape {m.shape} does not broadcast to the weights' shape {a.shape}."
             ) from None
     q_tokens, kv_tokens = token_labels(tokens, n_q, n_kv, "attention_map")
-    figsize = ((2.4 + 0.32 * n_kv, 1.6 + 0.32 * n_q) if tokens is not None
+    cell = min(0.32, (MAX_FIGURE_WIDTH - 2.4) / n_kv)  # inches: the figure fits the column
+    figsize = ((2.4 + cell * n_kv, 1.6 + cell * n_q) if tokens is not None
                else FIGSIZES["attention_map"])
     ax = new_axes(ax, figsize=figsize)
     if vmax is None:
@@ -151,18 +153,22 @@ def attention_maps(
     use_style()
     n_q, n_kv = weights[0].shape
     side = max(2.6, 0.27 * max(n_q, n_kv) + 1.0)
+    # Side by side while each panel keeps at least 2.6 in in the column, else one per row.
+    ncols = len(weights) if (MAX_FIGURE_WIDTH - 1.0) / len(weights) >= 2.6 else 1
+    side = min(side, (MAX_FIGURE_WIDTH - 1.0) / ncols)
+    nrows = -(-len(weights) // ncols)
     fig, axes = plt.subplots(
-        1, len(weights), figsize=(side * len(weights) + 1.0, side + 0.4),
+        nrows, ncols, figsize=(side * ncols + 1.0, side * nrows + 0.4),
         layout="constrained", sharey=True, squeeze=False,
     )
-    for k, (ax, w, m, title) in enumerate(zip(axes[0], weights, masks, titles, strict=True)):
+    for k, (ax, w, m, title) in enumerate(zip(axes.flat, weights, masks, titles, strict=True)):
         attention_map(w, tokens=tokens, ax=ax, title=title, mask=m, colorbar=False, vmax=vmax)
-        if k > 0:
+        if k % ncols > 0:
             ax.set_ylabel("")
             ax.tick_params(labelleft=False)
     if colorbar:
-        add_colorbar(fig, axes[0, -1].images[0], list(axes[0]), "attention weight $A_{ij}$",
-                  fraction=0.05 / len(weights), pad=0.02)
+        add_colorbar(fig, axes.flat[0].images[0], list(axes.flat), "attention weight $A_{ij}$",
+                     fraction=0.05 / ncols, pad=0.02)
     return fig
 
 
@@ -194,6 +200,9 @@ def attention_heads(
     vmax = float(a.max()) if vmax is None else vmax
     use_style()
     side = max(1.9, 0.2 * max(n_q, n_kv) + 0.5)
+    ncols = max(1, min(ncols, int((MAX_FIGURE_WIDTH - 1.4) // 1.5)))  # panels >= 1.5 in wide
+    nrows = -(-h // ncols)
+    side = min(side, (MAX_FIGURE_WIDTH - 1.4) / ncols)  # the figure fits the column
     fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols + 1.4, side * nrows + 0.6),
                              layout="constrained", squeeze=False)
     for k, ax in enumerate(axes.flat):
@@ -243,7 +252,10 @@ def mask_grid(
     n_q, n_kv = m.shape
     q_tokens, kv_tokens = token_labels(tokens, n_q, n_kv, "mask_grid")
     color = COLORS.get(role, role)
-    ax = new_axes(ax, figsize=(2.8 + 0.4 * n_kv + (0.6 if tokens else 0), 1.2 + 0.4 * n_q))
+    fixed = 2.8 + (0.6 if tokens else 0)  # the legend beside the grid, the labels
+    # inches per cell; the figure fits the column, with room to spare where the grid is large
+    cell = min(0.4, (MAX_FIGURE_WIDTH - fixed - 0.3) / n_kv)
+    ax = new_axes(ax, figsize=(fixed + cell * n_kv, 1.2 + cell * n_q))
     ax.imshow(
         np.ma.masked_array(np.ones(m.shape), mask=~m), cmap=ListedColormap([color]),
         vmin=0, vmax=1, aspect="equal",
@@ -316,7 +328,7 @@ def mask_grids(
     roles: Sequence[str],
     titles: Sequence[str],
     tokens: Sequence | None = None,
-    figsize: tuple[float, float] = (7.2, 3.6),
+    figsize: tuple[float, float] = (MAX_FIGURE_WIDTH, 3.6),
     annotate: bool = True,
 ):
     """Masks side by side, tops aligned, one legend with every role's colour (Lesson 10, §1).
@@ -340,13 +352,13 @@ def mask_grids(
     fig, axes = plt.subplots(1, len(grids), figsize=figsize, layout="constrained",
                              gridspec_kw={"width_ratios": widths}, squeeze=False)
     for ax, mask, role, title, tok in zip(axes[0], mask_list, roles, titles, tokens, strict=True):
-        mask_grid(mask, ax=ax, title=title, tokens=tok, role=role, annotate=annotate,
-                  legend=False)
+        mask_grid(mask, ax=ax, tokens=tok, role=role, annotate=annotate, legend=False)
+        ax.set_title(title, fontsize=FONT_SIZES["panel"])  # one small panel among several
         ax.set_anchor("N")  # align the tops of panels of different heights
     handles = [Patch(facecolor=COLORS.get(role, role), label=_ROLE_LABELS.get(role, role))
                for role in dict.fromkeys(roles)]
     fig.legend(handles=handles + [masked_patch()], loc="outside lower center",
-               ncols=len(handles) + 1, fontsize=FONT_SIZES["cell"])
+               ncols=min(len(handles) + 1, 2), fontsize=FONT_SIZES["cell"])
     return fig
 
 

@@ -92,6 +92,17 @@ CORRUPTION_COLORS = {
 RECALL_COLORS = [COLORS["encoder"], COLORS["highlight"], SHADES["encoder_pale"],
                  SHADES["baseline"]]
 
+# The trainers of a subword vocabulary (Lesson 2, Figure 1). None has a role of the key, so
+# none is drawn in the encoder's blue or the decoder's vermillion: BPE and WordPiece's
+# likelihood gain in the colours of series without a role, the Hugging Face course's ratio in
+# greys (dark: every pair competes; light: only pairs seen often enough).
+VOCAB_TRAINER_COLORS = {
+    "frequency": EXTRA_COLORS[0],  # sky blue
+    "gain": EXTRA_COLORS[1],  # reddish purple
+    "ratio": SHADES["caption"],  # dark grey
+    "ratio, min count": SHADES["baseline"],  # light grey
+}
+
 # --- Colormaps and the masked cell --------------------------------------------------------------
 
 # Attention weights: white (weight 0) to dark blue-violet (the largest weight). Zero weight is
@@ -132,13 +143,45 @@ MARKERS = {
 
 # --- Font sizes and figure sizes ----------------------------------------------------------------
 
+# The column rule. A figure is drawn at FIGURE_DPI and shown in the website's text column, which
+# is COLUMN_PX wide at book width (1,300 px and wider: the book theme's article with its padding;
+# tests/site/test_site.py measures it). A PNG no wider than the column is shown at its own size,
+# one pixel per pixel; a wider one is shrunk to the column and its text with it. So every figure
+# is at most MAX_FIGURE_WIDTH inches wide (the column less savefig's pad on both sides and a
+# little room for text that the tight bounding box adds at the figure's edges): stack
+# panels (2 x 1, 2 x 2) rather than set them side by side in a wide row. And no text is smaller
+# than MIN_FONT_SIZE: MIN_FONT_SIZE * FIGURE_DPI / 72 = 13.0 px once shown, at least the
+# site's small print, SMALL_PRINT_PX (code and printed output: 0.8 em of the 16 px body,
+# _static/course.css). tests/course/test_plotting_column.py checks every figure function and
+# every PNG stored in a lesson.
+FIGURE_DPI = 110
+COLUMN_PX = 704
+COLUMN_WIDTH = COLUMN_PX / FIGURE_DPI  # 6.4 in
+SAVE_PAD = 0.05  # in, savefig.pad_inches around the tight bounding box
+MAX_FIGURE_WIDTH = 6.2  # in: the column less the pads and 0.1 in for text at the edges
+SMALL_PRINT_PX = 12.8
+MIN_FONT_SIZE = 8.5  # pt
+
+
+def shown_px(points: float) -> float:
+    """How tall text of ``points`` is on the website, in CSS px, for a figure that fits the
+    column: ``shown_px(MIN_FONT_SIZE)`` = 13.0 >= SMALL_PRINT_PX."""
+    return points * FIGURE_DPI / 72
+
+
+def column_width(width: float) -> float:
+    """``width`` in inches, or the column's MAX_FIGURE_WIDTH if it is wider (figures whose
+    width grows with their data)."""
+    return min(float(width), MAX_FIGURE_WIDTH)
+
+
 FONT_SIZES = {
     "title": 11,  # axes titles; a diagram's headings
     "label": 10,  # axis labels, body text; counts in a confusion matrix
     "text": 9,  # ticks, legends, tokens in cells, the key's explanations
-    "panel": 8.5,  # the title of one small panel among many
-    "cell": 8,  # values written in cells or on bars
-    "small": 7,  # values on densely packed bars or cells; a tag under its word
+    "panel": 9,  # the title of one small panel among many
+    "cell": MIN_FONT_SIZE,  # values written in cells or on bars
+    "small": MIN_FONT_SIZE,  # values on densely packed bars or cells; a tag under its word
 }
 
 # Figure sizes (width, height) in inches of the figures whose size does not depend on the data;
@@ -154,10 +197,10 @@ FIGSIZES = {
     "ratio_lines": (5.2, 3.4),
     "learning_curves": (6.0, 3.6),
     "norms_by_layer": (6.0, 3.6),
-    "role_bars": (7.0, 3.2),
-    "role_lines": (7.0, 3.2),
-    "wirings_diagram": (11.5, 3.9),
-    "figure_key": (9.6, 6.0),
+    "role_bars": (MAX_FIGURE_WIDTH, 3.2),
+    "role_lines": (MAX_FIGURE_WIDTH, 3.2),
+    "wirings_diagram": (MAX_FIGURE_WIDTH, 7.2),  # two families above, the third below
+    "figure_key": (MAX_FIGURE_WIDTH, 11.0),  # its four panels stacked
 }
 
 # --- The key: every mark and what it means (figure-key.md shows this table) ---------------------
@@ -188,13 +231,13 @@ KEY: list[tuple[str, str]] = (
 # --- rcParams -----------------------------------------------------------------------------------
 
 RC = {
-    "figure.dpi": 110,
-    "savefig.dpi": 110,
+    "figure.dpi": FIGURE_DPI,
+    "savefig.dpi": FIGURE_DPI,
     "figure.facecolor": SHADES["paper"],
     "axes.facecolor": SHADES["paper"],
     "savefig.facecolor": SHADES["paper"],
     "savefig.bbox": "tight",
-    "savefig.pad_inches": 0.05,
+    "savefig.pad_inches": SAVE_PAD,
     "font.size": FONT_SIZES["label"],
     "axes.titlesize": FONT_SIZES["title"],
     "axes.labelsize": FONT_SIZES["label"],

@@ -20,6 +20,7 @@ from encoderlab.course.plotting.style import (
     FIGSIZES,
     FONT_SIZES,
     LINESTYLES,
+    MAX_FIGURE_WIDTH,
     SEGMENT_COLORS,
     SHADES,
 )
@@ -61,6 +62,7 @@ def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
     blue). Decoder-only: token i reads tokens j <= i only (n(n+1)/2 arrows, dashed vermillion).
     Encoder–decoder: an encoder block, and a decoder block whose every position also reads every
     encoder output through cross-attention (n_targets * n_tokens arrows, dash-dot green).
+    The first two families sit side by side, the third below them (the figure fits the column).
     The arrows carry the gids "encoder-self", "decoder-self" and "cross". Returns the Axes.
     """
     for name, value in (("n_tokens", n_tokens), ("n_targets", n_targets)):
@@ -78,8 +80,8 @@ def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
         ax.text(x_mid, y - 0.08, examples, ha="center", va="top", fontsize=FONT_SIZES["text"],
                 color=SHADES["caption"])
 
-    def note(x_mid, text):
-        ax.text(x_mid, bottom - 0.55, text, ha="center", va="top", fontsize=FONT_SIZES["text"])
+    def note(x_mid, text, y=bottom - 0.55):
+        ax.text(x_mid, y, text, ha="center", va="top", fontsize=FONT_SIZES["text"])
 
     # 1. Encoder-only: all n^2 key -> query pairs.
     x0 = 0.0
@@ -101,12 +103,14 @@ def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
     title(x0 + (n - 1) / 2, "decoder-only", "GPT, Llama")
     note(x0 + (n - 1) / 2, "token i reads tokens j ≤ i")
 
-    # 3. Encoder–decoder: the encoder as in 1; the decoder, raised, reads its own past (causal)
-    # and every encoder output (cross-attention).
-    x0 = 2 * (n + 1.2)
+    # 3. Encoder–decoder, below the other two and centred under them: the encoder as in 1; the
+    # decoder, raised, reads its own past (causal) and every encoder output (cross-attention).
+    lift = 2.0  # the decoder block sits higher: it reads the encoder's finished outputs
+    drop = top + lift + 1.25 + 1.2  # how far below the first two families its layer 0 sits
+    bottom, top, lo, hi = bottom - drop, top - drop, lo - drop, hi - drop
+    x0 = (2 * n + 0.2) / 2 - (n + 0.2 + m - 1) / 2
     e_x = [x0 + i for i in range(n)]
     d_x = [x0 + n + 0.2 + i for i in range(m)]
-    lift = 2.0  # the decoder block sits higher: it reads the encoder's finished outputs
     _edges(ax, [((e_x[j], lo), (e_x[i], hi)) for i in range(n) for j in range(n)],
            "encoder", "encoder-self")
     _edges(ax, [((d_x[j], lo + lift), (d_x[i], hi + lift)) for i in range(m) for j in range(i + 1)],
@@ -123,10 +127,10 @@ def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
                "decoder-token")
     mid = (e_x[0] + d_x[-1]) / 2
     title(mid, "encoder–decoder", "T5, BART", y=top + lift + 0.75)
-    note(mid, "the decoder reads every encoder output")
+    note(mid, "the decoder reads every encoder output", y=bottom - 0.55)
 
-    ax.set_xlim(-0.7, d_x[-1] + 0.7)
-    ax.set_ylim(bottom - 1.05, top + lift + 1.25)
+    ax.set_xlim(-0.7, max(dec_x[-1], d_x[-1]) + 0.7)
+    ax.set_ylim(bottom - 1.05, top + drop + 1.25)
     ax.set_aspect("equal")
     ax.set_axis_off()
     ax.legend(
@@ -138,7 +142,7 @@ def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
                 ("cross", "cross-attention (decoder reads encoder)"),
             )
         ],
-        loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, handlelength=2.6,
+        loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1, handlelength=2.6,
     )
     return ax
 
@@ -174,6 +178,47 @@ def _grid_rows(values, n_rows: int, n_cols: int, name: str) -> np.ndarray:
             f"{rows.shape}."
         )
     return rows.astype(int)
+
+
+def _per_line(n_cols: int, width: float, fixed: float) -> int:
+    """How many positions of ``width`` inches fit on one line of a figure as wide as the column
+    (``fixed`` inches go to the row labels); all ``n_cols`` when they fit."""
+    return max(1, min(n_cols, int((MAX_FIGURE_WIDTH - fixed) // width)))
+
+
+def _wrapped_axes(ax, n_rows: int, n_cols: int, per_line: int, row_labels: Sequence[str],
+                  what: str = "positions i") -> None:
+    """Limits and labels of a grid cut into lines of ``per_line`` positions, stacked: block b
+    holds positions b * per_line ... and repeats the row labels; a note above every block says
+    which positions it holds ("positions i 8–15")."""
+    n_blocks = -(-n_cols // per_line)
+    ax.set_xlim(-0.5, per_line - 0.5)
+    ax.set_ylim(_block_row(n_blocks - 1, n_rows, n_rows) - 0.5, -0.5)
+    ax.set_xticks([])
+    ticks = [_block_row(b, r, n_rows) for b in range(n_blocks) for r in range(n_rows)]
+    ax.set_yticks(ticks, labels=list(row_labels) * n_blocks)
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    for b in range(n_blocks):
+        ax.text(-0.5, _block_row(b, 0, n_rows) - 0.55, f"{what} {b * per_line}–"
+                f"{min(n_cols, (b + 1) * per_line) - 1}", ha="left", va="bottom",
+                fontsize=FONT_SIZES["text"], color=SHADES["caption"])
+
+
+_BLOCK_GAP = 0.9  # rows of space between two lines of a wrapped grid (for the "positions" note)
+
+
+def _block_row(block: int, r: int, n_rows: int) -> float:
+    """The y of row r in block ``block`` of a wrapped grid."""
+    return block * (n_rows + _BLOCK_GAP) + r
+
+
+def _place(i: int, r: int, n_rows: int, per_line: int | None) -> tuple[float, float]:
+    """(x, y) of position i of row r: one line, or lines of ``per_line`` positions."""
+    if per_line is None:
+        return i, r
+    block, x = divmod(i, per_line)
+    return x, _block_row(block, r, n_rows)
 
 
 def token_grid(
@@ -216,19 +261,29 @@ def token_grid(
     if row_labels is not None and len(row_labels) != n_rows:
         raise ValueError(f"row_labels must name {n_rows} rows, got {len(row_labels)}.")
     longest = max(len(token) for row in rows for token in row)
-    width = max(0.55, 0.075 * longest + 0.15)  # inches per column: the longest token must fit
-    ax = new_axes(ax, figsize=(1.4 + width * n_cols, 0.9 + 0.5 * n_rows))
+    width = max(0.55, 0.065 * longest + 0.15)  # inches per column: the longest token must fit
+    label_width = 1.4 if row_labels is None else 0.5 + 0.075 * max(map(len, row_labels))
+    per_line = _per_line(n_cols, width, label_width)
+    n_blocks = -(-n_cols // per_line)
+    wrapped = per_line if n_blocks > 1 else None  # too long for the column: lines, stacked
+    height = 0.9 + 0.5 * (n_rows * n_blocks + _BLOCK_GAP * (n_blocks - 1))
+    ax = new_axes(ax, figsize=(label_width + width * per_line, height))
     for r, row in enumerate(rows):
         for i, token in enumerate(row):
             face = COLORS["padding"] if pad[r, i] else SEGMENT_COLORS[int(seg[r, i])]
-            _cell(ax, r, i, face, "padding" if pad[r, i] else "token")
-            ax.text(i, r, token, ha="center", va="center", fontsize=FONT_SIZES["text"],
+            x, y = _place(i, r, n_rows, wrapped)
+            _cell(ax, y, x, face, "padding" if pad[r, i] else "token")
+            ax.text(x, y, token, ha="center", va="center", fontsize=FONT_SIZES["text"],
                     color=SHADES["paper"] if pad[r, i] else SHADES["ink"])
-    _grid_axes(ax, n_rows, n_cols, row_labels or [f"text {r}" for r in range(n_rows)])
-    ax.xaxis.set_label_position("top")
-    ax.set_xlabel("position i")
+    labels = row_labels or [f"text {r}" for r in range(n_rows)]
+    if wrapped:
+        _wrapped_axes(ax, n_rows, n_cols, per_line, labels)
+    else:
+        _grid_axes(ax, n_rows, n_cols, labels)
+        ax.xaxis.set_label_position("top")
+        ax.set_xlabel("position i")
     if title:
-        ax.set_title(title, pad=22)
+        ax.set_title(title, pad=20 if wrapped else 22)
     if legend:
         handles = [Patch(facecolor=SEGMENT_COLORS[s], label=f"segment $s_i={s}$")
                    for s in sorted(set(np.unique(seg[~pad])) | {0})]
@@ -271,16 +326,26 @@ def corruption_grid(
     n_cols = max(len(r) for r in rows)
     longest = max(len(t) for r in rows for t in r)
     width = max(0.5, 0.07 * longest + 0.15)
-    ax = new_axes(ax, figsize=(2.2 + width * n_cols, 0.9 + 0.42 * len(rows)))
+    label_width = 1.0 if row_labels is None else 0.4 + 0.072 * max(map(len, row_labels))
+    per_line = _per_line(n_cols, width, label_width)
+    n_blocks = -(-n_cols // per_line)
+    wrapped = per_line if n_blocks > 1 else None  # too long for the column: lines, stacked
+    height = 0.9 + 0.42 * (len(rows) * n_blocks + _BLOCK_GAP * (n_blocks - 1))
+    ax = new_axes(ax, figsize=(label_width + width * per_line, height))
     dark = {"mask", "replaced"}
     for r, (toks, ks) in enumerate(zip(rows, kinds)):
         for i, (token, kind) in enumerate(zip(toks, ks)):
-            _cell(ax, r, i, CORRUPTION_COLORS[kind][0], kind)
-            ax.text(i, r, token, ha="center", va="center", fontsize=FONT_SIZES["cell"],
+            x, y = _place(i, r, len(rows), wrapped)
+            _cell(ax, y, x, CORRUPTION_COLORS[kind][0], kind)
+            ax.text(x, y, token, ha="center", va="center", fontsize=FONT_SIZES["cell"],
                     color=SHADES["paper"] if kind in dark else SHADES["ink"])
-    _grid_axes(ax, len(rows), n_cols, row_labels or [f"row {r}" for r in range(len(rows))])
+    labels = row_labels or [f"row {r}" for r in range(len(rows))]
+    if wrapped:
+        _wrapped_axes(ax, len(rows), n_cols, per_line, labels)
+    else:
+        _grid_axes(ax, len(rows), n_cols, labels)
     if title:
-        ax.set_title(title, pad=18)
+        ax.set_title(title, pad=20 if wrapped else 18)
     if legend:
         used = [k for k in CORRUPTION_COLORS if any(k in ks for ks in kinds)]
         handles = [Patch(facecolor=CORRUPTION_COLORS[k][0], edgecolor=SHADES["swatch_edge"],
@@ -310,38 +375,47 @@ def tag_grid(words: Sequence[str], rows: Mapping[str, Sequence[str]], ax=None,
         if len(rows[name]) != len(words):
             raise ValueError(f"row {name!r} has {len(rows[name])} tags for {len(words)} words.")
     width = max(0.62, 0.085 * max(max(len(w) for w in words), 6) + 0.1)
-    ax = new_axes(ax, figsize=(1.6 + width * len(words), 0.7 + 0.75 * len(names)))
+    label_width = 0.5 + 0.075 * max(map(len, names))
+    per_line = _per_line(len(words), width, label_width)
+    n_blocks = -(-len(words) // per_line)
+    wrapped = per_line if n_blocks > 1 else None  # too long for the column: lines, stacked
+    height = 0.7 + 0.75 * (len(names) * n_blocks + _BLOCK_GAP * (n_blocks - 1))
+    ax = new_axes(ax, figsize=(label_width + width * per_line, height))
     reference = list(rows[names[0]])
     for r, name in enumerate(names):
         for i, (word, tag) in enumerate(zip(words, rows[name])):
             kind = _entity_type(tag)
-            ax.add_patch(Rectangle((i - 0.5, r - 0.5), 1, 1, edgecolor=SHADES["paper"],
+            x, y = _place(i, r, len(names), wrapped)
+            ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, edgecolor=SHADES["paper"],
                                    linewidth=1.5,
                                    facecolor=ENTITY_COLORS.get(kind, EXTRA_COLORS[1]),
                                    gid=f"tag-{tag}"))
             if tag.startswith("B-"):
-                ax.add_patch(Rectangle((i - 0.5, r - 0.46), 0.09, 0.92, facecolor=SHADES["ink"],
+                ax.add_patch(Rectangle((x - 0.5, y - 0.46), 0.09, 0.92, facecolor=SHADES["ink"],
                                        linewidth=0, gid="begin"))
-            ax.text(i, r - 0.12, word, ha="center", va="center", fontsize=FONT_SIZES["text"],
+            ax.text(x, y - 0.12, word, ha="center", va="center", fontsize=FONT_SIZES["text"],
                     color=SHADES["ink"])
-            ax.text(i, r + 0.24, tag, ha="center", va="center", fontsize=FONT_SIZES["small"],
+            ax.text(x, y + 0.24, tag, ha="center", va="center", fontsize=FONT_SIZES["small"],
                     color=SHADES["ink_secondary"])
             if r > 0 and tag != reference[i]:
-                highlight_cells(ax, [(r, i)])
-    ax.set_xlim(-0.5, len(words) - 0.5)
-    ax.set_ylim(len(names) - 0.5, -0.5)
-    ax.set_xticks([])
-    ax.set_yticks(range(len(names)), labels=names)
-    ax.tick_params(length=0)
-    ax.spines[:].set_visible(False)
+                highlight_cells(ax, [(y, x)])
+    if wrapped:
+        _wrapped_axes(ax, len(names), len(words), per_line, names, what="words")
+    else:
+        ax.set_xlim(-0.5, len(words) - 0.5)
+        ax.set_ylim(len(names) - 0.5, -0.5)
+        ax.set_xticks([])
+        ax.set_yticks(range(len(names)), labels=names)
+        ax.tick_params(length=0)
+        ax.spines[:].set_visible(False)
     kinds = sorted({_entity_type(t) for name in names for t in rows[name]} - {"O"})
     handles = [Patch(facecolor=ENTITY_COLORS.get(k, EXTRA_COLORS[1]), label=k) for k in kinds]
     handles.append(Patch(facecolor=SHADES["paper"], edgecolor=COLORS["highlight"], linewidth=2,
                          label="differs from the first row"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02),
-              ncol=len(handles), borderaxespad=0.0)
+              ncol=min(len(handles), 3), borderaxespad=0.0)
     if title:
-        ax.set_title(title)
+        ax.set_title(title, pad=20 if wrapped else 6)
     return ax
 
 
@@ -361,7 +435,7 @@ def span_probabilities(tokens: Sequence[str], p_start, p_end, gold: tuple[int, i
     if p_start.shape != (len(tokens),) or p_end.shape != (len(tokens),):
         raise ValueError(f"p_start and p_end need one probability per token ({len(tokens)}), got "
                          f"shapes {p_start.shape} and {p_end.shape}.")
-    ax = new_axes(ax, figsize=(max(6.0, 0.36 * len(tokens) + 1.2), 3.6))
+    ax = new_axes(ax, figsize=(MAX_FIGURE_WIDTH, 3.8))
     xs = np.arange(len(tokens))
     ax.axvspan(gold[0] - 0.5, gold[1] + 0.5, color=COLORS["cross"], alpha=0.15, linewidth=0,
                label="gold answer")
@@ -378,7 +452,8 @@ def span_probabilities(tokens: Sequence[str], p_start, p_end, gold: tuple[int, i
     ax.set_xticks(xs, labels=tokens, rotation=90)
     ax.set_xlim(-0.6, len(tokens) - 0.4)
     ax.tick_params(axis="x", length=0)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4, borderaxespad=0.2,
+              handlelength=1.5, columnspacing=1.2)  # above the Axes: the figure fits the column
     if title:
-        ax.set_title(title)
+        ax.set_title(title, pad=24)
     return ax
