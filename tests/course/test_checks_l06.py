@@ -87,8 +87,9 @@ def test_check_rtd_labels_rejects_mistakes(wrong, words, both_passes):
 # --- SpanBERT's span layout ----------------------------------------------------------------------
 
 
-def _spans(words, budget, draws):
-    """A learner's answer written independently of the checker's reference."""
+def _spans(words, budget, draws, break_on_empty=False):
+    """A learner's answer written independently of the checker's reference; with
+    ``break_on_empty``, the loop stops at the first span that is cut to nothing."""
     chosen = torch.zeros(len(words), dtype=torch.bool)
     n_words = int(words.max()) + 1
     used = 0
@@ -99,10 +100,13 @@ def _spans(words, budget, draws):
                 if not chosen[words == w].any()]
         while span and used + int(torch.isin(words, torch.tensor(span)).sum()) > budget:
             span.pop()
-        if span:
-            pieces = torch.isin(words, torch.tensor(span))
-            used += int(pieces.sum())
-            chosen |= pieces
+        if not span:
+            if break_on_empty:
+                break
+            continue
+        pieces = torch.isin(words, torch.tensor(span))
+        used += int(pieces.sum())
+        chosen |= pieces
     return chosen
 
 
@@ -140,22 +144,7 @@ def test_check_span_positions_names_each_mistake(name, words, both_passes):
 
 def _spans_break_on_empty(words, budget, draws):
     """A learner's `break` where a span is cut to nothing (the budget is not met yet)."""
-    chosen = torch.zeros(len(words), dtype=torch.bool)
-    n_words = int(words.max()) + 1
-    used = 0
-    for length, start in draws:
-        if used >= budget:
-            break
-        span = [w for w in range(start, min(start + length, n_words))
-                if not chosen[words == w].any()]
-        while span and used + int(torch.isin(words, torch.tensor(span)).sum()) > budget:
-            span.pop()
-        if not span:
-            break
-        pieces = torch.isin(words, torch.tensor(span))
-        used += int(pieces.sum())
-        chosen |= pieces
-    return chosen
+    return _spans(words, budget, draws, break_on_empty=True)
 
 
 def test_the_fixed_span_cases_include_an_emptied_span_followed_by_a_fit():

@@ -7,9 +7,9 @@ import copy
 
 import pytest
 import torch
+from tiny_contrastive import tiny_encoder, tiny_pairs
 
 from encoderlab.course.train import artefact_path, load_artefact
-from encoderlab.encoder import EncoderConfig, EncoderModel
 from encoderlab.lessons import l08_contrastive as contrastive
 from encoderlab.lessons import l08_rerank as rerank
 from encoderlab.lessons.l08_retrieval import in_batch_negatives_loss
@@ -58,10 +58,8 @@ def test_rerank_top_k_never_changes_the_set():
 
 
 def test_pair_scorer_ignores_padding_and_learns():
-    torch.manual_seed(0)
-    config = EncoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, n_max=32,
-                           dropout=0.0)
-    model = EncoderModel(config).eval()
+    model = tiny_encoder()
+    config = model.config
     hidden = torch.randn(2, 6, 16)
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
     for pooling in ("cls", "mean"):
@@ -80,10 +78,8 @@ def test_pair_scorer_ignores_padding_and_learns():
 
 
 def test_pair_scorer_gain_multiplies_the_output_and_can_be_folded_into_the_layer():
-    torch.manual_seed(0)
-    config = EncoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, n_max=32,
-                           dropout=0.0)
-    model = EncoderModel(config).eval()
+    model = tiny_encoder()
+    config = model.config
     hidden, mask = torch.randn(3, 5, 16), torch.ones(3, 5, dtype=torch.long)
     plain = rerank.PairScorer(model.blocks[-1], config.d_model, pooling="mean").eval()
     gained = rerank.PairScorer(model.blocks[-1], config.d_model, pooling="mean", gain=30.0).eval()
@@ -151,23 +147,9 @@ def test_hard_negative_loss():
         contrastive.hard_negative_loss(a, b, b[:4])
 
 
-def _tiny():
-    torch.manual_seed(0)
-    config = EncoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, n_max=32,
-                           dropout=0.0)
-    return EncoderModel(config).eval()
-
-
 def test_contrastive_hard_run_lowers_the_loss_on_a_tiny_batch():
-    model = _tiny()
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 50, (16, 6), generator=g)
-    mask = torch.ones_like(ids)
-    mask[::2, 4:] = 0
-    with torch.no_grad():
-        h = model(ids, attention_mask=mask).hidden_states[-2]
-    data = contrastive.ContrastiveData(h, mask, h.flip(1) * 0.5 + h, mask, held_out=[],
-                                       train_pairs=16)
+    model = tiny_encoder()
+    h, mask, data = tiny_pairs(model)
     negatives = h.roll(1, dims=0)  # another row's states as each row's hard negative
     history = contrastive.contrastive_hard_run(model.blocks[-1], data, negatives,
                                                mask.roll(1, dims=0), steps=30, batch_size=8,
@@ -176,7 +158,7 @@ def test_contrastive_hard_run_lowers_the_loss_on_a_tiny_batch():
 
 
 def test_rerank_run_calls_the_validation_once_per_epoch_in_eval_mode():
-    model = _tiny()
+    model = tiny_encoder()
     scorer = rerank.PairScorer(model.blocks[-1], 16, pooling="mean")
     calls = []
     data = torch.randn(24, 6, 16, generator=torch.Generator().manual_seed(1))

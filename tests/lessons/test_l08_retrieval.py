@@ -5,21 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_contrastive import tiny_encoder, tiny_pairs
 from torch.nn import functional as F
 
-from encoderlab.encoder import EncoderConfig, EncoderModel
+from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import pool
 from encoderlab.lessons import l08_contrastive as contrastive
 from encoderlab.lessons import l08_retrieval as R
 from encoderlab.pretrained import find_weights
-
-
-def tiny_encoder() -> EncoderModel:
-    torch.manual_seed(0)
-    config = EncoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, n_max=32,
-                           dropout=0.0)
-    return EncoderModel(config).eval()
-
 
 # Sentences of very different lengths, so that every batch has padding.
 SENTENCES = [
@@ -247,14 +240,7 @@ def test_docstring_pairs_share_nothing_with_the_documents_or_queries():
 
 def test_contrastive_run_lowers_the_loss_on_a_tiny_model():
     model = tiny_encoder()
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 50, (16, 6), generator=g)
-    mask = torch.ones_like(ids)
-    mask[::2, 4:] = 0
-    with torch.no_grad():
-        h = model(ids, attention_mask=mask).hidden_states[-2]
-    data = contrastive.ContrastiveData(h, mask, h.flip(1) * 0.5 + h, mask, held_out=[],
-                                       train_pairs=16)
+    _, _, data = tiny_pairs(model)
     block = model.blocks[-1]
     history = contrastive.contrastive_run(block, data, steps=30, batch_size=8, lr=3e-3,
                                           progress=False)

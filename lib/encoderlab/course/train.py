@@ -32,8 +32,8 @@ try:  # a notebook progress bar needs ipywidgets; without it tqdm.auto would war
 except ImportError:  # a plain text bar: terminals, test runs, kernels without ipywidgets
     from tqdm import tqdm
 
-__all__ = ["train", "RECIPE_MODULES", "recipes", "artefact_path", "load_artefact", "run_recipe",
-           "main"]
+__all__ = ["train", "RECIPE_MODULES", "recipes", "artefact_path", "load_artefact",
+           "load_stored_part", "run_recipe", "main"]
 
 
 def train(
@@ -162,6 +162,18 @@ def load_artefact(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         for key in f.keys():
             tensors[key] = f.get_tensor(key)
     return tensors, metadata
+
+
+def load_stored_part(module: nn.Module, tensors: dict[str, torch.Tensor], prefix: str):
+    """``module`` with the artefact's tensors named ``prefix...`` loaded in float32, in eval mode.
+
+    The pattern of the artefacts that store only the trained part of MiniLM (its top block, with
+    a head) in float16 under one prefix, the packaged MiniLM supplying the rest (Lessons 7, 8).
+    """
+    state = {k.removeprefix(prefix): v.float() for k, v in tensors.items()
+             if k.startswith(prefix)}
+    module.load_state_dict(state)  # strict: every tensor used, every shape checked
+    return module.eval()
 
 
 def run_recipe(name: str, steps: int | None = None, out: Path | None = None,

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from encoderlab import masks
-from encoderlab.course.train import train
+from encoderlab.course.train import load_stored_part, train
 from encoderlab.data import shuffled_batches, trim_padding
 from encoderlab.lessons.l07_finetune import (
     _pad_rows,
@@ -494,12 +494,8 @@ def load_top(encoder: nn.Module, tensors: dict[str, torch.Tensor]) -> TopSpanMod
 
     The packaged MiniLM supplies the frozen blocks below; the artefact holds only the top.
     """
-    state = {k.removeprefix("top."): v.float() for k, v in tensors.items()
-             if k.startswith("top.")}
-    top_blocks = len({k.split(".")[1] for k in state if k.startswith("blocks.")})
-    model = TopSpanModel(encoder, top_blocks)
-    model.load_state_dict(state)  # strict: every tensor used, every shape checked
-    return model.eval()
+    top_blocks = len({k.split(".")[2] for k in tensors if k.startswith("top.blocks.")})
+    return load_stored_part(TopSpanModel(encoder, top_blocks), tensors, "top.")
 
 
 def _recipe_long_qa(steps: int | None = None, progress: bool = True):

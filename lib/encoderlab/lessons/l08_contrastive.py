@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from encoderlab.course.train import train
+from encoderlab.course.train import load_stored_part, train
 from encoderlab.data import read_frozen, shuffled_batches, trim_padding, without_shared_spans
 from encoderlab.heads import pool
 from encoderlab.lessons.l08_retrieval import (
@@ -229,16 +229,35 @@ def contrastive_hard_run(block, data: ContrastiveData, negatives: torch.Tensor,
                  description="in-batch + hard negatives")
 
 
-def _contrastive_hard_recipe(steps: int | None = None, progress: bool = True):
-    """Lesson 8, §5: l8-contrastive with one hard negative per pair, mined with the bi-encoder
-    (all-MiniLM-L6-v2 as it ships) from its ranks 5 to 30 of the training details."""
-    settings = dict(CONTRASTIVE_HARD)
+def _recipe_start(defaults: dict, steps: int | None):
+    """What both l8-contrastive recipes start from: their settings (``steps`` overriding), the
+    seed set, MiniLM as it ships and the docstring pairs' cached states."""
+    settings = dict(defaults)
     if steps is not None:
         settings["steps"] = steps
     torch.manual_seed(settings["seed"])
     tokenizer, model = load_minilm()
     data = contrastive_data(tokenizer, model, held_out_every=settings["held_out_every"],
                             max_length=settings["max_length"])
+    return settings, tokenizer, model, data
+
+
+def _recipe_result(block, history, settings: dict, data: ContrastiveData):
+    """What both l8-contrastive recipes store: the block, the losses, the settings."""
+    # float16 keeps the artefact under 5 MB (1.8 M parameters); the lesson evaluates these
+    # rounded weights, so what it reports is what is stored.
+    tensors = {f"block.{k}": v.to(torch.float16) for k, v in block.state_dict().items()}
+    tensors["loss"] = torch.tensor(history, dtype=torch.float32)
+    metadata = {**{k: str(v) for k, v in settings.items()},
+                "train_pairs": str(data.train_pairs), "held_out_pairs": str(len(data.held_out)),
+                "documents": topic_documents().fingerprint}
+    return tensors, metadata
+
+
+def _contrastive_hard_recipe(steps: int | None = None, progress: bool = True):
+    """Lesson 8, §5: l8-contrastive with one hard negative per pair, mined with the bi-encoder
+    (all-MiniLM-L6-v2 as it ships) from its ranks 5 to 30 of the training details."""
+    settings, tokenizer, model, data = _recipe_start(CONTRASTIVE_HARD, steps)
     train_pairs, _ = split_pairs(held_out_every=settings["held_out_every"])
     summaries = [a for a, _ in train_pairs]
     details = [b for _, b in train_pairs]
@@ -257,47 +276,26 @@ def _contrastive_hard_recipe(steps: int | None = None, progress: bool = True):
         lr=settings["lr"], scale=settings["scale"], pooling=settings["pooling"],
         seed=settings["seed"], progress=progress,
     )
-    tensors = {f"block.{k}": v.to(torch.float16) for k, v in block.state_dict().items()}
-    tensors["loss"] = torch.tensor(history, dtype=torch.float32)
+    tensors, metadata = _recipe_result(block, history, settings, data)
     tensors["negatives"] = mined  # the mined negative of each training pair
-    metadata = {**{k: str(v) for k, v in settings.items()},
-                "train_pairs": str(data.train_pairs), "held_out_pairs": str(len(data.held_out)),
-                "documents": topic_documents().fingerprint}
     return tensors, metadata
 
 
 def _contrastive_recipe(steps: int | None = None, progress: bool = True):
     """Lesson 8, §5: MiniLM's last block retrained with in-batch negatives on docstring pairs."""
-    settings = dict(CONTRASTIVE)
-    if steps is not None:
-        settings["steps"] = steps
-    torch.manual_seed(settings["seed"])
-    tokenizer, model = load_minilm()
-    data = contrastive_data(tokenizer, model, held_out_every=settings["held_out_every"],
-                            max_length=settings["max_length"])
+    settings, tokenizer, model, data = _recipe_start(CONTRASTIVE, steps)
     block = copy.deepcopy(model.blocks[-1])
     history = contrastive_run(
         block, data, steps=settings["steps"], batch_size=settings["batch_size"],
         lr=settings["lr"], scale=settings["scale"], pooling=settings["pooling"],
         seed=settings["seed"], progress=progress,
     )
-    # float16 keeps the artefact under 5 MB (1.8 M parameters); the lesson evaluates these
-    # rounded weights, so what it reports is what is stored.
-    tensors = {f"block.{k}": v.to(torch.float16) for k, v in block.state_dict().items()}
-    tensors["loss"] = torch.tensor(history, dtype=torch.float32)
-    metadata = {**{k: str(v) for k, v in settings.items()},
-                "train_pairs": str(data.train_pairs), "held_out_pairs": str(len(data.held_out)),
-                "documents": topic_documents().fingerprint}
-    return tensors, metadata
+    return _recipe_result(block, history, settings, data)
 
 
 def load_contrastive_block(model, tensors: dict[str, torch.Tensor]):
     """A copy of ``model``'s last block with the trained weights of ``l8-contrastive`` (float32)."""
-    block = copy.deepcopy(model.blocks[-1])
-    state = {k.removeprefix("block."): v.float() for k, v in tensors.items()
-             if k.startswith("block.")}
-    block.load_state_dict(state)  # strict: every tensor used, every shape checked
-    return block.eval()
+    return load_stored_part(copy.deepcopy(model.blocks[-1]), tensors, "block.")
 
 
 RECIPES = {"l8-contrastive": _contrastive_recipe, "l8-contrastive-hard": _contrastive_hard_recipe}
