@@ -426,3 +426,85 @@ def test_every_page_fits_the_screen(browser, site, width):
     finally:
         context.close()
     assert not problems, "\n".join(problems)
+
+
+# --- the attention explorer on Lesson 3's page ---------------------------------------------------
+
+LESSON_3 = "lessons/03-bidirectional-self-attention.html"
+CATAPHORA = "although it was tired, the dog chased the ball"  # Lesson 3: "it" before "dog"
+
+
+def _explorer_source(page: Path) -> str:
+    """The explorer's HTML exactly as the built page carries it (before its script runs)."""
+    text = page.read_text(encoding="utf-8")
+    found = re.search(r'<div class="encoderlab-explorer" id="([^"]+)".*?'
+                      r'encoderlabExplorer\(document\.getElementById\("\1"\)\);</script>\s*</div>',
+                      text, re.S)
+    assert found, f"{page.name}: no attention explorer in the page"
+    return found.group(0)
+
+
+def test_lesson_3_explorer_shows_the_librarys_weights(browser, site, minilm):
+    """On the built page: Lesson 3's head (layer 6, head 12), the query "it", the weight on
+    "dog" is the library's to the rounding; under the decoder mask every key right of "it"
+    reads 0; no console errors, no request elsewhere; the view weighs at most 300 kB."""
+    import numpy as np
+    import torch
+
+    from encoderlab import masks
+
+    source = _explorer_source(HTML / LESSON_3)
+    size = len(source.encode("utf-8"))
+    assert size <= 300_000, f"the explorer weighs {size} bytes"
+
+    tokenizer, model = minilm
+    enc = tokenizer([CATAPHORA], return_tensors="pt")
+    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    n, it, dog = len(tokens), tokens.index("it"), tokens.index("dog")
+    with torch.no_grad():
+        full = torch.stack(model(**enc, output_attentions=True).attentions)[:, 0]
+        causal = torch.stack(model(**enc, mask=masks.causal(n),
+                                   output_attentions=True).attentions)[:, 0]  # (L, h, n, n)
+    layer, head = 5, 11  # 0-based: the lesson's strongest "it" -> "dog" head
+    assert int(full[:, :, it, dog].flatten().argmax()) == layer * full.shape[1] + head
+
+    context = browser.new_context()
+    problems: list[str] = []
+    try:
+        tab = context.new_page()
+        tab.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+        tab.on("pageerror", lambda e: problems.append(f"script error: {e}"))
+        tab.route("**/*", lambda route: route.continue_()
+                  if route.request.url.startswith((site, "data:"))
+                  else (problems.append(f"request: {route.request.url}"), route.abort()))
+        tab.goto(site + LESSON_3, wait_until="load")
+        view = tab.locator(".encoderlab-explorer")
+        assert view.count() == 1
+        view.locator(".ex-sentence").select_option(index=0)  # index=: labels may repeat
+        view.locator('.ex-mask input[value="encoder"]').check()
+        view.locator(".ex-layer").select_option(index=layer)
+        view.locator(".ex-head").select_option(index=head)
+        query = view.locator(f'.ex-queries .ex-tok[data-i="{it}"]')
+        assert query.inner_text().strip() == "it"
+        query.hover()
+
+        def shown() -> np.ndarray:
+            return np.array([float(view.locator(f'.ex-keys .ex-tok[data-i="{j}"] .ex-w')
+                                   .inner_text()) for j in range(n)])
+
+        expected = full[layer, head, it].double().numpy()
+        weights = shown()
+        assert abs(weights[dog] - expected[dog]) <= 0.0005 + 1e-6, (weights[dog], expected[dog])
+        assert np.abs(weights - expected).max() <= 0.0005 + 1e-6
+        view.locator(f'.ex-keys .ex-tok[data-i="{dog}"]').hover()
+        assert view.locator(".ex-readout").inner_text() == f"it \u2192 dog: {expected[dog]:.3f}"
+
+        view.locator('.ex-mask input[value="decoder"]').check()
+        query.hover()
+        weights = shown()
+        assert (weights[it + 1:] == 0).all(), weights
+        expected = causal[layer, head, it].double().numpy()
+        assert np.abs(weights - expected).max() <= 0.0005 + 1e-6
+    finally:
+        context.close()
+    assert not problems, "\n".join(problems)
