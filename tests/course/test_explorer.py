@@ -182,6 +182,18 @@ def test_the_limits_themselves_are_allowed(minilm):
     assert attention_explorer(tokenizer, model, ["The dog ran home.", LONG]).data["n"] == 16
 
 
+def test_start_opens_on_a_layer_head_and_query(minilm):
+    """Layer and head counted from 1, as the choosers name them; the query from 0."""
+    tokenizer, model = minilm
+    assert attention_explorer(tokenizer, model, SENTENCES[:1]).data["start"] == [0, 0, 1]
+    v = attention_explorer(tokenizer, model, SENTENCES[:1], start=(6, 12, 7))
+    assert v.data["start"] == [5, 11, 7]
+    for bad, words in [((7, 1, 1), "start layer"), ((1, 13, 1), "start head"),
+                       ((1, 1, 12), "start token_index"), ((1, 1), "start=(layer, head")]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            attention_explorer(tokenizer, model, SENTENCES[:1], start=bad)
+
+
 def test_bad_decimals(minilm):
     tokenizer, model = minilm
     with pytest.raises(ValueError, match="decimals"):
@@ -272,6 +284,9 @@ def test_under_the_decoder_mask_nothing_right_of_the_token_is_read(page, library
     assert (shown[:it + 1] > 0).any()
     label = tab.locator('.ex-keys .ex-tok[data-i="9"]').get_attribute("aria-label")
     assert label == "key hungry, weight from it 0.000, masked"
+    hidden = tab.eval_on_selector_all(".ex-keys .ex-tok", "b => b.map(x => "
+                                      "x.classList.contains('ex-hidden'))")
+    assert hidden == [False] * (it + 1) + [True] * (12 - it - 1)  # masked, struck through
     assert not errors and not refused, (errors, refused)
 
 
@@ -289,6 +304,27 @@ def test_the_padding_switch_shows_pad_keys_at_zero(page):
                                      "cells => cells.map(c => c.getAttribute('fill'))")
     assert len(fills) == 12 and all(f.endswith("-hatch)") for f in fills)
     assert not errors and not refused, (errors, refused)
+
+
+def test_the_view_opens_on_start_and_colours_on_one_fixed_scale(page, minilm, tmp_path):
+    """Layer 6, head 12, query "it" chosen on load; a cell's colour is its weight on the one
+    0-1 scale of the colour bar, the same in every head (not each head's own maximum)."""
+    tokenizer, model = minilm
+    v = attention_explorer(tokenizer, model, SENTENCES[:1], start=(6, 12, 7))
+    path = tmp_path / "start.html"
+    path.write_text(f"<!doctype html><html><body>{v.html}</body></html>")
+    tab = page[0].context.new_page()  # the fixture's offline context
+    tab.goto(path.as_uri())
+    assert tab.input_value(".ex-layer") == "5" and tab.input_value(".ex-head") == "11"
+    assert tab.locator(".ex-queries .ex-tok.ex-on").get_attribute("data-i") == "7"
+    assert tab.locator(".ex-readout").inner_text().startswith("Query it (i = 7)")
+    full = tab.locator('.ex-matrix rect[data-i="0"][data-j="0"]').get_attribute("fill")
+    tab.close()
+    w = v.data["weights"]["encoder"][0][5][11][0] / v.data["scale"]  # [CLS] -> [CLS]
+    from encoderlab.course.plotting.style import ATTENTION_CMAP
+    expected = np.array(ATTENTION_CMAP(w)[:3]) * 255
+    got = np.array([float(c) for c in re.findall(r"\d+", full)])
+    assert np.abs(got - expected).max() <= 8, (got, expected)  # 9 stops, interpolated
 
 
 def test_the_head_grid_chooses_layer_and_head(page):

@@ -67,18 +67,22 @@ def _style() -> dict:
         "padding": COLORS["padding"],
         "highlight": COLORS["highlight"],
         "masked": COLORS["masked"],
-        "masked_dark": SHADES["caption"],
+        "padding_text": SHADES["padding_text"],
+        "ink": SHADES["ink"],
         "hatch": SHADES["hatch"],
     }
 
 
-def attention_explorer(tokenizer, model, sentences, *, decimals: int = 3) -> AttentionExplorer:
+def attention_explorer(tokenizer, model, sentences, *, decimals: int = 3,
+                       start: tuple[int, int, int] | None = None) -> AttentionExplorer:
     """An interactive view of every layer's and head's attention on ``sentences`` (Lessons 1, 3,
     4), under the encoder's mask and under the decoder's, each from its own run of ``model``.
 
     ``sentences``: 1 to ``MAX_SENTENCES`` strings, each at most ``MAX_TOKENS`` tokens with
     [CLS] and [SEP]; they are padded to the longest, and [PAD] keys are masked in both runs.
     ``decimals``: the weights' rounding (1 to 3). At most ``MAX_CELLS`` = sentences x n^2.
+    ``start``: ``(layer, head, i)`` the view opens on, in the first sentence: layer and head
+    counted from 1, as the choosers name them, the query token i from 0, as the lessons count.
     """
     sentences = _check_sentences(sentences)
     decimals = check_int(decimals, "decimals", at_least=1, at_most=3,
@@ -99,6 +103,11 @@ def attention_explorer(tokenizer, model, sentences, *, decimals: int = 3) -> Att
             f"(e.g. 4 sentences of 12 tokens, 2 of 16); {b} sentences padded to n={n} give "
             f"{b * n * n}. Use fewer or shorter sentences, or several views."
         )
+    if start is None:
+        start = (1, 1, 1)
+    if not isinstance(start, (tuple, list)) or len(start) != 3:
+        raise ValueError(f"attention_explorer expects start=(layer, head, token_index), got "
+                         f"{start!r}.")
     scale = 10 ** decimals
     weights = {}
     was_training = model.training
@@ -113,6 +122,11 @@ def attention_explorer(tokenizer, model, sentences, *, decimals: int = 3) -> Att
                 weights[name] = np.rint(a * scale).astype(int).reshape(*a.shape[:3], n * n)
     finally:
         model.train(was_training)
+    layers, heads = weights["encoder"].shape[1:3]
+    length = int(batch["attention_mask"][0].sum())
+    start = [check_int(start[0], "start layer", at_least=1, at_most=layers) - 1,
+             check_int(start[1], "start head", at_least=1, at_most=heads) - 1,
+             check_int(start[2], "start token_index", at_least=0, at_most=length - 1)]
     data = {
         "sentences": sentences,
         "tokens": [tokenizer.convert_ids_to_tokens(row) for row in batch["input_ids"].tolist()],
@@ -121,6 +135,7 @@ def attention_explorer(tokenizer, model, sentences, *, decimals: int = 3) -> Att
         "layers": int(weights["encoder"].shape[1]),
         "heads": int(weights["encoder"].shape[2]),
         "decimals": decimals,
+        "start": start,
         "scale": scale,
         "weights": {name: w.tolist() for name, w in weights.items()},
         "style": _style(),
@@ -144,8 +159,8 @@ class AttentionExplorer:
         css = (_CSS.replace("ROOT", f"#{self.id}")
                .replace("FONT_PX", f"{shown_px(FONT_SIZES['text']):.1f}px")
                .replace("SMALL_PX", f"{shown_px(FONT_SIZES['small']):.1f}px"))
-        for key in ("encoder", "decoder", "padding", "highlight", "masked", "masked_dark",
-                    "hatch"):
+        for key in ("encoder", "decoder", "padding", "padding_text", "highlight", "masked",
+                    "ink", "hatch"):
             css = css.replace(f"COLOR_{key.upper()};", f"{style[key]};")
         return (
             f'<div class="encoderlab-explorer" id="{self.id}" role="group" '
@@ -177,6 +192,11 @@ _BODY = """<div class="ex-controls">
 <label><input type="radio" value="decoder"> decoder (causal)</label></span>
 <label><input type="checkbox" class="ex-pad"> show [PAD]</label>
 </div>
+<div class="ex-key">Line thickness = weight; line colour = mask (<b class="ex-enc">encoder</b>,
+<b class="ex-dec">decoder</b>); <span class="ex-hatchkey"></span> hatched = masked
+(exactly 0, struck through); <span class="ex-padkey">[PAD]</span> = padding.
+Weight 0<span class="ex-bar" role="img" aria-label="colour scale from 0 to 1"></span>1
+(the same scale in every head and mask)</div>
 <output class="ex-readout" aria-live="polite">Point at a token or a cell.</output>
 <div class="ex-views">
 <div class="ex-tokens"><div class="ex-col ex-queries" aria-label="Queries"></div>
@@ -187,11 +207,9 @@ _BODY = """<div class="ex-controls">
 <details class="ex-all"><summary>All heads (pick one)</summary>
 <div class="ex-grid" role="grid"></div></details>"""
 
-_CSS = """ROOT{--ex-masked:COLOR_MASKED;font-size:FONT_PX;line-height:1.3;color:inherit;
-margin:.5em 0;max-width:100%}
-@media (prefers-color-scheme:dark){
-html:not([data-theme=light]) ROOT{--ex-masked:COLOR_MASKED_DARK;}}
-html[data-theme=dark] ROOT{--ex-masked:COLOR_MASKED_DARK;}
+_CSS = """ROOT{--ex-masked:COLOR_MASKED;font-size:FONT_PX;line-height:1.3;color:COLOR_INK;
+background:white;color-scheme:light;padding:.5em;border-radius:4px;margin:.5em 0;
+max-width:100%;box-sizing:border-box}
 ROOT .ex-controls{display:flex;flex-wrap:wrap;gap:.3em 1em;align-items:center}
 ROOT select,ROOT input{font:inherit;color:inherit;background:transparent}
 ROOT select option{color:initial}
@@ -203,20 +221,31 @@ ROOT .ex-tok{height:20px;line-height:18px;padding:0 4px;border:1px solid transpa
 border-radius:3px;background:transparent;color:inherit;font:inherit;cursor:pointer;
 white-space:nowrap;text-align:right;box-sizing:border-box}
 ROOT .ex-keys .ex-tok{text-align:left}
+ROOT .ex-key{font-size:SMALL_PX;margin:.3em 0}
+ROOT .ex-enc{color:COLOR_ENCODER;} ROOT .ex-dec{color:COLOR_DECODER;}
+ROOT .ex-padkey{color:COLOR_PADDING_TEXT;}
+ROOT .ex-hatchkey{display:inline-block;width:1em;height:1em;vertical-align:middle;
+border:1px solid COLOR_HATCH;}
+ROOT .ex-bar{display:inline-block;width:8em;height:.8em;vertical-align:middle;margin:0 .3em;
+border:1px solid COLOR_INK;}
+ROOT .ex-colhead{height:20px;line-height:20px;font-size:SMALL_PX;white-space:nowrap;
+padding:0 4px}
+ROOT .ex-lines{margin-top:20px}
 ROOT .ex-tok .ex-w{font-size:SMALL_PX;opacity:.8;margin-left:.4em}
-ROOT .ex-tok.ex-on{border-color:COLOR_HIGHLIGHT;font-weight:bold}
-ROOT .ex-tok.ex-pad{color:COLOR_PADDING;}
+ROOT .ex-tok.ex-on{border:2px solid COLOR_HIGHLIGHT;font-weight:bold}
+ROOT .ex-tok.ex-pad{color:COLOR_PADDING_TEXT;}
 ROOT .ex-tok.ex-hidden{text-decoration:line-through;opacity:.6}
 ROOT .ex-tok:focus-visible,ROOT svg:focus-visible,ROOT .ex-thumb:focus-visible{
-outline:2px solid COLOR_HIGHLIGHT;outline-offset:1px}
+outline:2px solid COLOR_INK;outline-offset:1px}
 ROOT .ex-matrix text{fill:currentColor;font-size:SMALL_PX}
-ROOT .ex-matrix text.ex-pad{fill:COLOR_PADDING;}
+ROOT .ex-matrix text.ex-pad{fill:COLOR_PADDING_TEXT;}
 ROOT .ex-grid{display:grid;gap:3px;margin-top:.4em;align-items:center;justify-content:start}
 ROOT .ex-all,ROOT .ex-matrix-box{max-width:100%;overflow-x:auto}
 ROOT .ex-thumb{padding:1px;border:2px solid transparent;background:transparent;cursor:pointer}
 ROOT .ex-thumb[aria-selected=true]{border-color:COLOR_HIGHLIGHT;}
-ROOT .ex-thumb canvas{display:block;width:32px;height:32px;image-rendering:pixelated}
-ROOT .ex-grid span{font-size:SMALL_PX;text-align:right;padding-right:.3em}
+ROOT .ex-thumb canvas{display:block;width:32px;height:32px;image-rendering:pixelated;
+outline:1px solid COLOR_HATCH;}
+ROOT .ex-grid span{font-size:SMALL_PX;text-align:center;padding-right:.3em}
 ROOT .ex-hatch-bg{fill:var(--ex-masked)}
 ROOT .ex-hatch-line{stroke:COLOR_HATCH;stroke-width:1}"""
 
@@ -224,10 +253,11 @@ _JS = r"""function encoderlabExplorer(root) {
   if (!root || root.dataset.ready) return;  // a script that runs twice draws once
   root.dataset.ready = "1";
   const D = JSON.parse(root.querySelector(".ex-data").textContent);
-  const S = D.style, NS = "http://www.w3.org/2000/svg", ROW = 20, CELL = 18, LABEL = 78;
+  const S = D.style, NS = "http://www.w3.org/2000/svg", ROW = 20, CELL = 18, LABEL = 92;
   const $ = (sel) => root.querySelector(sel);
   const ARROWS = {ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1]};
-  const st = {s: 0, l: 0, h: 0, mask: "encoder", pad: false, q: null, k: null};
+  const st = {s: 0, l: D.start[0], h: D.start[1], mask: "encoder", pad: false, q: D.start[2],
+    k: null};
   const el = (tag, attrs, parent, ns) => {
     const e = ns ? document.createElementNS(NS, tag) : document.createElement(tag);
     for (const [a, v] of Object.entries(attrs || {})) e.setAttribute(a, v);
@@ -249,13 +279,9 @@ _JS = r"""function encoderlabExplorer(root) {
   const w = (i, j) => flat(st.mask, st.s, st.l, st.h)[i * n + j] / D.scale;
   const masked = (i, j) => j >= len() || (st.mask === "decoder" && j > i);
   const tok = (i) => D.tokens[st.s][i];
-  function top(a) {  // the largest weight shown: the colormap runs from 0 to it (figure key)
-    let t = 0;
-    for (let i = 0; i < shown(); i++) {
-      for (let j = 0; j < shown(); j++) t = Math.max(t, a[i * n + j]);
-    }
-    return t || 1;
-  }
+  $(".ex-bar").style.background = "linear-gradient(to right," + S.cmap.join(",") + ")";
+  $(".ex-hatchkey").style.background = "repeating-linear-gradient(45deg," + S.hatch + " 0 1px,"
+    + S.masked + " 1px 4px)";
   const mkey = () => (st.mask === "decoder" ? S.decoder : S.encoder);
 
   // --- controls ---
@@ -279,8 +305,9 @@ _JS = r"""function encoderlabExplorer(root) {
   function say(i, j) {
     if (i === null) { readout.textContent = "Point at a token or a cell."; return; }
     if (j === null) {
-      readout.textContent = "Query " + tok(i) + " (" + (i + 1) + "): its row of weights, layer "
-        + (st.l + 1) + ", head " + (st.h + 1) + ", " + st.mask + " mask.";
+      readout.textContent = "Query " + tok(i) + " (i = " + i + "): its row of weights, layer "
+        + (st.l + 1) + ", head " + (st.h + 1) + ", " + st.mask + " mask."
+        + (i >= len() ? " A [PAD] row: computed, then discarded." : "");
       return;
     }
     readout.textContent = tok(i) + " \u2192 " + tok(j) + ": " + fmt(w(i, j))
@@ -291,6 +318,10 @@ _JS = r"""function encoderlabExplorer(root) {
   const queries = $(".ex-queries"), keys = $(".ex-keys"), lines = $(".ex-lines");
   function tokens() {
     queries.textContent = keys.textContent = "";
+    el("div", {"class": "ex-colhead", "aria-hidden": "true"}, queries).textContent =
+      "query i (reads)";
+    el("div", {"class": "ex-colhead", "aria-hidden": "true"}, keys).textContent =
+      "key j (is read)";
     for (let i = 0; i < shown(); i++) {
       for (const side of ["q", "k"]) {
         const b = el("button", {type: "button", "class": "ex-tok" + (i >= len() ? " ex-pad" : ""),
@@ -304,7 +335,8 @@ _JS = r"""function encoderlabExplorer(root) {
           const d = {ArrowDown: 1, ArrowUp: -1}[e.key];
           if (d === undefined) return;
           e.preventDefault();
-          const col = side === "q" ? queries : keys, next = col.children[i + d];
+          const col = side === "q" ? queries : keys, next = col.querySelector(
+            '.ex-tok[data-i="' + (i + d) + '"]');
           if (next) next.focus();
         };
       }
@@ -317,10 +349,13 @@ _JS = r"""function encoderlabExplorer(root) {
     lines.textContent = "";
     queries.querySelectorAll(".ex-tok").forEach((b, i) => {
       b.classList.toggle("ex-on", i === qi);
-      b.setAttribute("aria-label", "query " + tok(i) + ", position " + (i + 1));
+      b.setAttribute("aria-label", "query " + tok(i) + ", i = " + i);
+      b.tabIndex = i === (qi === null ? 0 : qi) ? 0 : -1;  // one tab stop per column
     });
     keys.querySelectorAll(".ex-tok").forEach((b, j) => {
       b.classList.toggle("ex-on", j === st.k);
+      b.classList.toggle("ex-hidden", qi !== null && masked(qi, j));
+      b.tabIndex = j === (st.k === null ? 0 : st.k) ? 0 : -1;
       const span = b.querySelector(".ex-w");
       span.textContent = qi === null ? "" : fmt(w(qi, j));
       b.setAttribute("aria-label", "key " + tok(j) + (qi === null ? "" : ", weight from "
@@ -341,7 +376,7 @@ _JS = r"""function encoderlabExplorer(root) {
   // --- the n x n matrix ---
   const matrix = $(".ex-matrix");
   function matrixView() {
-    const m = shown(), size = LABEL + m * CELL, t = top(flat(st.mask, st.s, st.l, st.h)) / D.scale;
+    const m = shown(), size = LABEL + m * CELL;
     matrix.textContent = "";
     matrix.setAttribute("width", size); matrix.setAttribute("height", size);
     matrix.setAttribute("aria-label", "Attention matrix, rows are queries, columns are keys, "
@@ -351,6 +386,9 @@ _JS = r"""function encoderlabExplorer(root) {
       patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)"}, defs, true);
     el("rect", {width: 6, height: 6, "class": "ex-hatch-bg"}, p, true);
     el("line", {x1: 0, y1: 0, x2: 0, y2: 6, "class": "ex-hatch-line"}, p, true);
+    el("text", {x: LABEL, y: 11}, matrix, true).textContent = "key j (is read) \u2192";
+    el("text", {x: 2, y: LABEL - 18}, matrix, true).textContent = "query i";
+    el("text", {x: 2, y: LABEL - 5}, matrix, true).textContent = "(reads) \u2193";
     for (let i = 0; i < m; i++) {
       const y = LABEL + i * CELL;
       const pad = i >= len() ? "ex-pad" : "";
@@ -361,14 +399,14 @@ _JS = r"""function encoderlabExplorer(root) {
         matrix, true).textContent = tok(i);
       for (let j = 0; j < m; j++) {
         const r = el("rect", {x: LABEL + j * CELL, y: y, width: CELL, height: CELL,
-          fill: masked(i, j) ? "url(#" + root.id + "-hatch)" : colour(w(i, j) / t),
+          fill: masked(i, j) ? "url(#" + root.id + "-hatch)" : colour(w(i, j)),
           "data-i": i, "data-j": j}, matrix, true);
         r.onmouseenter = () => pick(i, j);
       }
     }
     el("rect", {"class": "ex-cursor", fill: "none", stroke: S.highlight, "stroke-width": 2,
       width: CELL, height: CELL, visibility: "hidden"}, matrix, true);
-    el("rect", {"class": "ex-rowmark", fill: "none", stroke: S.highlight, "stroke-width": 1,
+    el("rect", {"class": "ex-rowmark", fill: "none", stroke: S.highlight, "stroke-width": 2,
       width: m * CELL, height: CELL, x: LABEL, visibility: "hidden"}, matrix, true);
   }
   function marks() {
@@ -395,6 +433,8 @@ _JS = r"""function encoderlabExplorer(root) {
   grid.style.gridTemplateColumns = "auto repeat(" + D.heads + ", 38px)";
   grid.setAttribute("aria-label", "All heads: layers are rows, heads are columns");
   const thumbs = [];
+  el("span", {}, grid).textContent = "head";
+  for (let h = 0; h < D.heads; h++) el("span", {}, grid).textContent = h + 1;
   for (let l = 0; l < D.layers; l++) {
     el("span", {}, grid).textContent = "L" + (l + 1);
     for (let h = 0; h < D.heads; h++) {
@@ -417,9 +457,9 @@ _JS = r"""function encoderlabExplorer(root) {
     const m = shown(), grey = getComputedStyle(root).getPropertyValue("--ex-masked").trim();
     for (const row of thumbs) for (const t of row) {
       t.c.width = t.c.height = m;
-      const g = t.c.getContext("2d"), a = flat(st.mask, st.s, t.l, t.h), most = top(a);
+      const g = t.c.getContext("2d"), a = flat(st.mask, st.s, t.l, t.h);
       for (let i = 0; i < m; i++) for (let j = 0; j < m; j++) {
-        g.fillStyle = masked(i, j) ? grey || S.masked : colour(a[i * n + j] / most);
+        g.fillStyle = masked(i, j) ? grey || S.masked : colour(a[i * n + j] / D.scale);
         g.fillRect(j, i, 1, 1);
       }
       const on = t.l === st.l && t.h === st.h;

@@ -60,6 +60,7 @@ SHADES = {
     "noise_band": "#E6E6E6",  # the range noise alone allows: pale grey, unhatched (not masked)
     "encoder_pale": "#B9D6EA",  # a pale tint of the encoder's blue
     "encoder_box": "#DCE9F5",  # the boxes of a distribution drawn in the encoder's colours
+    "padding_text": "#A8457F",  # [PAD] written as text: the padding pink, darkened to 5.5:1
 }
 
 # Colours for series that have no role of their own, used in this order. The first two are
