@@ -181,3 +181,11 @@ def test_train_errors_are_clear():
         train(model, [torch.ones(2, 3)], lambda m, x: m(x), steps=1, progress=False)
     with pytest.raises(ValueError, match="loss_fn"):
         train(model, [torch.ones(2, 3)], "mse", steps=1)
+
+
+def test_warmup_factor_rises_then_decays_to_zero_or_stays_constant():
+    from encoderlab.course.train import warmup_factor
+    assert [warmup_factor(t, 6, 2) for t in range(8)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
+    assert [warmup_factor(t, 6, 2, decay=False) for t in range(4)] == [0.5, 1.0, 1.0, 1.0]
+    assert warmup_factor(0, 4, 0) == 1.0  # no warm-up: decay from the first step
+    assert warmup_factor(3, 3, 3) == 0.0  # warm-up over every step: no division by zero after it

@@ -32,7 +32,7 @@ try:  # a notebook progress bar needs ipywidgets; without it tqdm.auto would war
 except ImportError:  # a plain text bar: terminals, test runs, kernels without ipywidgets
     from tqdm import tqdm
 
-__all__ = ["train", "RECIPE_MODULES", "recipes", "artefact_path", "load_artefact",
+__all__ = ["train", "warmup_factor", "RECIPE_MODULES", "recipes", "artefact_path", "load_artefact",
            "load_stored_part", "run_recipe", "main"]
 
 
@@ -124,6 +124,15 @@ RECIPE_MODULES = (
 )
 ARTEFACTS = Path(__file__).parents[1] / "artefacts"  # encoderlab/artefacts
 MAX_ARTEFACT_BYTES = 5 * 1024 * 1024
+
+
+def warmup_factor(step: int, steps: int, warmup_steps: int, decay: bool = True) -> float:
+    """The learning-rate factor of BERT's schedule at ``step`` (0-based): a linear warm-up,
+    (step + 1) / warmup_steps, then a linear decay to 0 at ``steps`` (never below 0), or a
+    constant 1 with ``decay=False``. The lessons' schedules check their own arguments."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    return max(0.0, (steps - step) / max(1, steps - warmup_steps)) if decay else 1.0
 
 
 def recipes() -> dict[str, Callable]:

@@ -21,7 +21,7 @@ from torch.nn import functional as F
 
 from encoderlab import data
 from encoderlab.course.stats import sign_test
-from encoderlab.course.train import load_artefact, train
+from encoderlab.course.train import load_artefact, train, warmup_factor
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM, TokenDiscriminator, pool
 from encoderlab.lessons.l06_pretraining import Electra, _check_sentences, forward_flops, roc_auc
@@ -326,9 +326,7 @@ def warmup_then_decay(step: int, steps: int, warmup_steps: int, decay: bool = Tr
     check_int(warmup_steps, "warmup_steps", at_least=0, at_most=steps - 1, what="below steps")
     if not 0 <= step < steps:
         raise ValueError(f"step must be in [0, {steps}), got {step!r}.")
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    return (steps - step) / (steps - warmup_steps) if decay else 1.0
+    return warmup_factor(step, steps, warmup_steps, decay)
 
 
 def train_with_warmup(model: nn.Module, batches, loss_fn, steps: int, lr: float,

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from encoderlab import masks
-from encoderlab.course.train import load_stored_part, train
+from encoderlab.course.train import load_stored_part, train, warmup_factor
 from encoderlab.data import shuffled_batches, trim_padding
 from encoderlab.lessons.l07_finetune import (
     _pad_rows,
@@ -403,13 +403,7 @@ def top_logits(model: TopSpanModel, hidden: torch.Tensor, windows: dict,
 def warmup_then_decay(steps: int, warmup_steps: int):
     """The learning-rate factor of BERT's fine-tuning: linear warm-up, then linear decay to 0."""
     check_int(warmup_steps, "warmup_steps", at_least=1, at_most=steps)
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        return max(0.0, (steps - step) / (steps - warmup_steps))
-
-    return factor
+    return lambda step: warmup_factor(step, steps, warmup_steps)
 
 
 def window_loss(model: TopSpanModel, batch) -> torch.Tensor:

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from encoderlab.course.train import train
+from encoderlab.course.train import train, warmup_factor
 from encoderlab.data import shuffled_batches, trim_padding
 from encoderlab.heads import pool
 from encoderlab.lessons.l08_contrastive import mine_negatives, split_pairs
@@ -101,13 +101,7 @@ def warmup_then_decay(steps: int, warmup: float):
     if not 0 <= warmup < 1:
         raise ValueError(f"warmup must be a share of the steps in [0, 1), got {warmup!r}.")
     rise = max(1, round(warmup * steps))
-
-    def schedule(step: int) -> float:
-        if step < rise:
-            return (step + 1) / rise
-        return max(0.0, (steps - step) / max(1, steps - rise))
-
-    return schedule
+    return lambda step: warmup_factor(step, steps, rise)
 
 
 def cache_pair_states(tokenizer, model, queries, passages, max_length: int = 128,
