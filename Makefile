@@ -63,6 +63,9 @@ lint: $(STAMP)
 test: lint book
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile tests \
 		--nbval lessons --nbval-sanitize-with tests/nbval_sanitize.cfg
+	# The checkers' tests again, every check as the grader runs it: answers recorded, then judged.
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile \
+		tests/course/test_checks_*.py --through-recording
 	@if [ "$(TEST_COLAB)" = no ]; then echo "The Colab case is not run here (TEST_COLAB=no)."; \
 	else $(MAKE) --no-print-directory test-colab; fi
 

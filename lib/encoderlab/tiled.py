@@ -93,8 +93,10 @@ def _tile_any_all(m: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch
     # Axes: tile row, row within the tile, tile column, column within the tile.
     # Counting the True entries of each tile answers both questions in one pass.
     count = m.reshape(t_q, block_size, t_kv, block_size).sum(dim=(1, 3), dtype=torch.int32)
-    rows = (n_q - torch.arange(t_q) * block_size).clamp(max=block_size)  # real rows per tile
-    cols = (n_kv - torch.arange(t_kv) * block_size).clamp(max=block_size)  # real columns
+    starts_q = torch.arange(t_q, device=m.device) * block_size  # (T_q,) first row of each tile
+    starts_kv = torch.arange(t_kv, device=m.device) * block_size  # (T_kv,)
+    rows = (n_q - starts_q).clamp(max=block_size)  # (T_q,) real rows per tile
+    cols = (n_kv - starts_kv).clamp(max=block_size)  # (T_kv,) real columns
     return count > 0, count == rows[:, None] * cols[None, :]  # (T_q, T_kv) each
 
 
@@ -133,7 +135,9 @@ def classify_tiles(
     aligned) is combined with ``mask`` by logical and.
 
     This one function decides which tiles :func:`tiled_attention` computes and
-    which :func:`tile_counts` counts.
+    which :func:`tile_counts` counts. The states are computed where ``mask`` lives, with torch
+    operations only: for a mask on the GPU no value is copied to the host (the Triton kernel's
+    plan is made this way on every call).
     """
     n_kv = n_q if n_kv is None else n_kv
     check_int(n_q, "n_q", at_least=0, what="a sequence length")  # 0 is allowed: no tiles
@@ -147,7 +151,7 @@ def classify_tiles(
             live = full = torch.ones(t_q, t_kv, dtype=torch.bool)  # the encoder: all visible
     else:
         check_mask(mask, (*mask.shape[:-2], n_q, n_kv))  # any leading dims, then (n_q, n_kv)
-        mask = mask.detach().cpu()
+        mask = mask.detach()
         if mask.dim() > 2:
             # Reduce the leading (batch, head) dims first, before expanding the last two:
             # "some element may attend here" and "every element may attend here".
@@ -159,17 +163,16 @@ def classify_tiles(
         some = some.expand(n_q, n_kv)  # (n_q, n_kv)
         every = some if one_mask else every.expand(n_q, n_kv)  # (n_q, n_kv)
         if causal:
-            lower = torch.ones(n_q, n_kv, dtype=torch.bool).tril()  # (n_q, n_kv), top-left
+            lower = torch.ones(n_q, n_kv, dtype=torch.bool, device=mask.device).tril()
             some, every = some & lower, every & lower
         if one_mask:
             live, full = _tile_any_all(some, block_size)  # (T_q, T_kv) each
         else:
             live, _ = _tile_any_all(some, block_size)  # (T_q, T_kv)
             _, full = _tile_any_all(every, block_size)  # (T_q, T_kv)
-    states = torch.full(live.shape, SKIP, dtype=torch.int8)  # (T_q, T_kv)
-    states[live] = PARTIAL
-    states[live & full] = FULL
-    return states
+    # SKIP, PARTIAL or FULL by torch.where (boolean indexing would wait for the GPU)
+    partial_or_full = torch.where(full, FULL, PARTIAL)  # (T_q, T_kv)
+    return torch.where(live, partial_or_full, SKIP).to(torch.int8)  # (T_q, T_kv)
 
 
 def live_tiles(n_q: int, n_kv: int | None = None, block_size: int = 128,
@@ -394,14 +397,15 @@ def gpu_attention(
     v: torch.Tensor,  # (b, h, n_kv, d_v)
     mask: torch.Tensor | None = None,  # bool, broadcastable to (b, h, n_q, n_kv)
     causal: bool = False,
-    block_size: int = 64,
+    block_size: int | None = None,  # None: chosen for the dtype, head dimension and GPU
 ) -> torch.Tensor:
     """:func:`tiled_attention` as one Triton GPU kernel: same arguments, same result (Lesson 9, §8).
 
     The kernel (:func:`encoderlab.kernels.tiled_triton.triton_attention`) skips the same
     tiles as the CPU loop: with ``causal=True`` and no mask by its loop bound,
     with a mask by :func:`classify_tiles`' plan. Raises a ValueError that says
-    what is missing when there is no CUDA device or no Triton.
+    what is missing when there is no CUDA device or no Triton, or when the GPU is older
+    than compute capability 8.0 (Triton's oldest target).
     """
     if not triton_available():
         missing = "Triton (pip install triton)" if torch.cuda.is_available() else "a CUDA device"
@@ -409,9 +413,14 @@ def gpu_attention(
             f"gpu_attention needs a CUDA device and Triton; this machine lacks {missing}. "
             "tiled_attention computes the same on the CPU."
         )
-    from encoderlab.kernels.tiled_triton import (
-        triton_attention,  # imports triton: only now that it is there
+    from encoderlab.kernels.tiled_triton import (  # imports triton: only now that it is there
+        triton_attention,
+        unsupported_reason,
     )
+
+    reason = unsupported_reason(q.device if q.is_cuda else None)
+    if reason is not None:  # e.g. Colab's free T4, compute capability 7.5
+        raise ValueError(f"gpu_attention cannot run the Triton kernel: {reason}")
 
     if mask is not None and causal:
         causal_mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=mask.device)

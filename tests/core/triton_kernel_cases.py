@@ -146,3 +146,42 @@ def test_kernel_input_errors(kernel, change, message):
     q, k, v, mask, block = change(q, k, v)
     with pytest.raises(ValueError, match=message):
         kernel.triton_attention(q, k, v, mask=mask, block=block)
+
+
+def test_block_left_to_the_wrapper(kernel):
+    # block=None: the wrapper chooses the tile (launch_configs); visits follow the chosen tile.
+    q, k, v = _qkv(1, 2, 100, 100, 32, torch.float16)
+    window = masks.sliding_window(100, 10).to(DEVICE)
+    out, visits = kernel.triton_attention(q, k, v, mask=window, return_visits=True)
+    reference, _ = attention.scaled_dot_product_attention(q.float(), k.float(), v.float(), window)
+    assert (out.float() - reference).abs().max().item() < 2e-3
+    block = kernel.TILES[torch.float16][32][0]
+    counts = tiled.tile_counts(100, block_size=block, mask=window.cpu())
+    assert visits.shape == (1, 2, counts["tiles_q"])
+    assert visits.sum().item() == 2 * counts["computed"]
+
+
+def test_unsupported_reason_names_the_interpreter(kernel):
+    if DEVICE == "cuda":
+        assert kernel.unsupported_reason() is None
+    else:
+        assert "TRITON_INTERPRET=1" in kernel.unsupported_reason()
+
+
+# Every (dtype, head dimension) with the tile the wrapper chooses, every kind of mask, ragged n.
+# On a GPU only: the interpreter's tl.dot multiplies bfloat16 bit patterns (a known limitation),
+# and the large head dimensions are too slow for it.
+@pytest.mark.skipif(DEVICE == "cpu", reason="bfloat16 and large tiles run on a GPU only "
+                                            "(Triton's interpreter gets bfloat16 dot wrong)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("d", [16, 64, 128, 256])
+@pytest.mark.parametrize("name", ["full", "causal", "document"])
+def test_every_chosen_config_on_the_gpu(kernel, dtype, d, name):
+    n = 300  # ragged for every tile size
+    q, k, v = _qkv(2, 3, n, n, d, dtype)
+    tensor_mask = None if name != "document" else _mask(name, n, 64).to(DEVICE)
+    out = kernel.triton_attention(q, k, v, mask="causal" if name == "causal" else tensor_mask)
+    reference = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                               attn_mask=tensor_mask, is_causal=name == "causal")
+    tolerance = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+    assert (out.float() - reference).abs().max().item() < tolerance

@@ -33,3 +33,44 @@ def _both_passes(check, fn, *args) -> CheckFailed:
 def both_passes():
     """``both_passes(check, fn, *args)``: the hint=False failure, after checking both passes."""
     return _both_passes
+
+
+# --- The checkers as graded: answers recorded, then judged from the recording -----------------
+
+
+def _through_recording(original):
+    """``original`` run in two steps, as in grading: the answers recorded (and encoded as JSON),
+    then judged by ``original`` from the recording alone."""
+    import functools
+
+    from encoderlab.course.checks import record
+
+    @functools.wraps(original)
+    def check(fn, *args, hint: bool = False):
+        def judged(replay, hint):
+            return original(replay, *args, hint=hint)
+
+        judged.__name__ = original.__name__  # the messages name the check
+        text = record.answers_of(lambda f: original(f, *args), fn)
+        return record.judge(judged, name_of(fn), text, hint=hint)
+
+    return check
+
+
+@pytest.fixture(autouse=True)
+def _graded_checks(request, monkeypatch):
+    """With --through-recording, every ``checks.check_*`` a test calls goes through the grader's
+    recording and replay, so the whole suite says whether grading changes any verdict."""
+    if not request.config.getoption("--through-recording", default=False):
+        return
+    import importlib
+
+    from encoderlab.course import checks
+
+    modules = [checks, request.module] + [
+        importlib.import_module(f"encoderlab.course.checks.l{k:02d}") for k in range(1, 11)]
+    originals = {name: getattr(checks, name) for name in dir(checks) if name.startswith("check_")}
+    for module in modules:  # wherever a test finds a checker: the package, a lesson's, its own
+        for name, original in originals.items():
+            if getattr(module, name, None) is original:
+                monkeypatch.setattr(module, name, _through_recording(original))

@@ -42,6 +42,7 @@ def test_bench_gpu_masks_runs_every_mask_under_the_interpreter():
     assert by_mask["causal"]["tile_fraction"] == pytest.approx(10 / 16)  # T(T+1)/2 of T^2, T=4
     for r in rows:
         assert r["n"] == 64 and r["block"] == 16
+        assert r["sdpa_backend"] == "FLASH_ATTENTION"  # forced, and on the CPU it runs
         assert r["triton_ms"] > 0 and r["sdpa_ms"] > 0
         assert r["triton_fraction_low"] <= r["triton_fraction"] <= r["triton_fraction_high"]
     # the table reads them back as a record

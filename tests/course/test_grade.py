@@ -8,33 +8,24 @@ exercises), or tiny notebooks made here, in a few seconds each.
 
 from __future__ import annotations
 
-import copy
 import csv
 from pathlib import Path
 
 import nbformat
 import pytest
+from lesson3_notebooks import (
+    CODE_EXERCISES,
+    LESSON_3,
+    LESSONS,
+    WRITTEN_EXERCISES,
+    exercise_section,
+    student_version,
+)
+from lesson3_notebooks import cell_of as _cell_of
+from lesson3_notebooks import statuses as _statuses
+from lesson3_notebooks import write as _write
 
-from encoderlab.course import grade, student
-
-ROOT = Path(__file__).resolve().parents[2]
-LESSONS = ROOT / "lessons"
-LESSON_3 = LESSONS / "03-bidirectional-self-attention.ipynb"
-CODE_EXERCISES = ["l3-ex-attention", "l3-ex-causal", "l3-ex-padding", "l3-ex-mha"]
-WRITTEN_EXERCISES = ["l3-ex-count", "l3-ex-leak", "l3-ex-cache"]
-
-
-def _statuses(report: grade.Report) -> dict[str, str]:
-    return {r.label: r.status for r in report.results}
-
-
-def _exercise_section(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The lesson's title, set-up and imports cells, then everything from its first exercise."""
-    first = next(i for i, c in enumerate(nb.cells)
-                 if c.cell_type == "markdown" and ":::{exercise}" in c.source)
-    short = copy.deepcopy(nb)
-    short.cells = short.cells[:3] + short.cells[first:]
-    return short
+from encoderlab.course import grade
 
 
 @pytest.fixture(scope="module")
@@ -45,24 +36,10 @@ def lesson_3() -> nbformat.NotebookNode:
 @pytest.fixture
 def exercises_3(lesson_3) -> nbformat.NotebookNode:
     """Lesson 3's exercise section, solutions included."""
-    return _exercise_section(lesson_3)
+    return exercise_section(lesson_3)
 
 
-def _student(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    links = student.course_links(ROOT)
-    return student.make_student(nb, "03-bidirectional-self-attention", links)
-
-
-def _write(nb: nbformat.NotebookNode, path: Path) -> Path:
-    nbformat.write(nb, path)
-    return path
-
-
-def _cell_of(nb: nbformat.NotebookNode, tag: str, label: str) -> nbformat.NotebookNode:
-    """The cell tagged ``tag`` of exercise ``label``."""
-    structure = student.read_structure(nb, strict=False)
-    return next(c for i, c in enumerate(nb.cells)
-                if tag in c.metadata.get("tags", []) and structure.cell_exercise[i] == label)
+_student = student_version
 
 
 # --- Lesson 3 ----------------------------------------------------------------------------------
@@ -201,7 +178,8 @@ def test_broken_submissions_are_reported_and_the_run_goes_on(submissions, tmp_pa
     assert "not a notebook: JSON without a notebook's 'nbformat' and 'cells' fields" in out
     assert "not a notebook: not UTF-8 text" in out
     assert "missing.ipynb\n  no such file" in out
-    assert "stopped: the kernel died at cell 6" in out
+    assert ("note: cell 6: it ended the kernel (it exited Python, crashed, or ran out of "
+            "memory); a fresh kernel ran the cells before it again and went on after it") in out
     assert "stopped: timed out after 4 s at cell 6" in out
 
     with open(grades, newline="", encoding="utf-8") as f:
@@ -213,7 +191,7 @@ def test_broken_submissions_are_reported_and_the_run_goes_on(submissions, tmp_pa
         ("binary", "", "error", ""),
         ("missing", "", "error", ""),
         ("crash", "ex-one", grade.PASSED, "1"),  # graded before the crash
-        ("crash", "ex-two", grade.NOT_RUN, "0"),
+        ("crash", "ex-two", grade.FAILED, "0"),  # graded in a fresh kernel: its cell 6 crashed
         ("hang", "ex-one", grade.PASSED, "1"),
         ("hang", "ex-two", grade.NOT_RUN, "0"),
         ("good", "ex-one", grade.PASSED, "1"),  # still graded after the hang was killed
@@ -232,12 +210,13 @@ def test_the_limit_per_cell_and_errors_in_the_learners_cells(tmp_path):
     )
     report = grade.grade_notebook(_write(nb, tmp_path / "errors.ipynb"), cell_timeout=2)
     assert [(r.label, r.status) for r in report.results] == [
-        ("ex-one", grade.FAILED), ("ex-two", grade.FAILED), ("ex-three", grade.NOT_RUN)]
+        ("ex-one", grade.FAILED), ("ex-two", grade.FAILED), ("ex-three", grade.FAILED)]
     one, two, three = (r.message for r in report.results)
     assert one == "AssertionError: one() should be 1"
     assert two.startswith("cell 6 raised SyntaxError")
-    assert three == "timed out after 2 s at cell 10 (the limit per cell)"
+    assert three == "it ran past the limit per cell (2 s) and was stopped"
     assert report.notes == [
+        "cell 10: it ran past the limit per cell (2 s) and was stopped",  # the last: no restart
         "cell 1 (outside the exercises) raised NameError: name 'missing_import' is not defined"]
 
 

@@ -1,42 +1,49 @@
-"""Grade submitted notebooks: run each one offline, cell by cell, and report every exercise.
+"""Grade submitted notebooks: run each one offline, fenced in, and report every exercise.
 
-``python -m encoderlab grade SUBMISSION.ipynb ... [--csv FILE]`` executes each submission in a
-fresh Jupyter kernel, with the Hugging Face hub switched off, under a time limit per notebook
-and per cell, and prints a table per notebook: for every exercise, *passed* (its check cell ran
-without an error), *failed* (with the checker's diagnosis, without the fix a learner sees on a
-second look, or the error's last line), *not attempted* (the stub still raises
-``NotImplementedError``), *manual* (a written answer, graded by hand) or *not run* (the notebook
-stopped before its check). A file that is not a notebook, a notebook that crashes its kernel
-and one that hangs each get one clear line; the run goes on to the next submission. ``--csv``
-writes one row per (submission, exercise) for a class. The exit status is 0 unless the command
-line itself is wrong.
+``python -m encoderlab grade SUBMISSION.ipynb ... [--csv FILE] [--jobs N]`` runs each
+submission in a kernel of its own (:mod:`.runner`: its own folder, memory and output limits,
+no network, no new processes, time limits per notebook and per cell), several at once with
+``--jobs``, and prints a table per notebook: for every exercise, *passed*, *failed* (with the
+checker's diagnosis, without the fix a learner sees on a second look, or the error's last
+line), *not attempted* (the stub still raises ``NotImplementedError``), *manual* (a written
+answer, graded by hand) or *not run* (the notebook stopped before its check); then a summary of
+the class per exercise. A file that is not a notebook, a notebook that crashes its kernel and
+one that hangs each get a clear line; the run goes on. ``--csv`` writes one row per
+(submission, exercise). The exit status is 0 unless the command line itself is wrong.
 
-Errors do not stop a notebook: a check that fails is recorded and the next cells still run, so
-every exercise is graded. When the published lessons are at hand (``lessons/``), the grader
-recognises the submission's lesson, lists every exercise of that lesson (so a deleted exercise
-shows up as not attempted) and runs the lesson's own check code in place of the submission's
-check cells, so an edited check cell cannot pass by itself. The submissions' code runs with the
-grader's permissions: grade untrusted notebooks in a container or a throwaway machine.
+**What a submission cannot change.** When the published lessons are at hand (``lessons/``),
+the grader recognises the submission's lesson and lists every exercise of that lesson (a deleted
+exercise shows up as not attempted). In the submission's kernel, each check cell is replaced by
+a recording of the published check's answers (:mod:`.checks.record`); the verdict is reached in
+the grader's own process, which never runs a line of the submission, by checkers imported
+before the first submission ran. Replacing the checkers, the library, torch or builtins in the
+kernel changes nothing but the answers recorded there, and only answers equal to the reference
+pass. What the kernel watches while the learner's function runs (forbidden calls, inputs changed
+in place, forward passes counted) is watched beside the submission's code, so a submission can
+switch it off; a learner who calls the library's own function gets the marks. instructors.md
+says all this at more length.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import csv
 import json
-import logging
-import math
 import os
-import subprocess
+import re
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from time import monotonic
 
+from encoderlab.course import runner
 from encoderlab.course.checks.harness import diagnosis_only
+from encoderlab.course.checks.record import replay
+from encoderlab.course.runner import OFFLINE_ENV, Limits
 from encoderlab.course.student import (
     ANSWER_PROMPT,
     ANSWER_TAG,
@@ -57,7 +64,9 @@ __all__ = [
     "ExerciseResult",
     "Report",
     "grade_notebook",
+    "grade_class",
     "format_report",
+    "summary",
     "write_csv",
     "main",
 ]
@@ -65,13 +74,6 @@ __all__ = [
 PASSED, FAILED, NOT_ATTEMPTED, MANUAL, NOT_RUN = (
     "passed", "failed", "not attempted", "manual", "not run"
 )
-# The kernel runs offline: load_minilm() takes the installed weights, never the hub.
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "ENCODERLAB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-}
 CSV_COLUMNS = ("submission", "lesson", "exercise", "title", "status", "points", "message")
 _MESSAGE_CHARS = 400  # a report line, not a traceback
 
@@ -177,92 +179,40 @@ def _find_lesson(nb, lessons_dir: Path | None) -> Path | None:
         return None
     ours = nb.metadata.get("encoderlab")  # student notebooks name their lesson here
     named = ours.get("lesson") if isinstance(ours, dict) else None
-    if isinstance(named, str) and (lessons_dir / f"{named}.ipynb").is_file():
+    if isinstance(named, str) and LESSON_NAME.fullmatch(named) and (
+            lessons_dir / f"{named}.ipynb").is_file():
         return lessons_dir / f"{named}.ipynb"
     return _lesson_titles(lessons_dir.resolve()).get(lesson_title(nb) or "")
 
 
-# --- Running it --------------------------------------------------------------------------------
+LESSON_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")  # a file name in lessons/, no path
 
 
-@dataclass
-class _CellRun:
-    error: tuple[str, str] | None  # (exception name, its message), when the cell raised
-    stdout: str
+# --- Running it: the check cells record their answers; the grader judges them ---------------
 
 
-@dataclass
-class _Run:
-    cells: dict[int, _CellRun] = field(default_factory=dict)  # by cell index: the cells that ran
-    stopped: str | None = None  # why the run ended before its last cell
-
-
-def _quiet_log() -> logging.Logger:
-    log = logging.getLogger("encoderlab.course.grade.kernel")
-    log.addHandler(logging.NullHandler())
-    log.propagate = False  # nbclient logs every timeout and dead kernel; the report says it once
-    return log
-
-
-def _cell_run(cell) -> _CellRun:
-    error = next((o for o in cell.outputs if o.output_type == "error"), None)
-    stdout = "".join(o.text for o in cell.outputs
-                     if o.output_type == "stream" and o.get("name") == "stdout")
-    return _CellRun(None if error is None else (error.ename, error.evalue), stdout)
-
-
-def _execute(nb, *, last: int, cwd: Path, timeout: float, cell_timeout: float,
-             kernel: str) -> _Run:
-    """Run the code cells up to index ``last``, one by one, going on after errors."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    client = NotebookClient(
-        nb,
-        kernel_name=kernel,
-        allow_errors=True,  # a failing check must not stop the later exercises
-        record_timing=False,
-        shutdown_kernel="immediate",  # a hanging kernel is killed, not asked to stop
-        startup_timeout=120,
-        log=_quiet_log(),
-    )
-    run = _Run()
-    kernel_options = {
-        "env": {**os.environ, **OFFLINE_ENV},
-        "cwd": str(cwd),
-        "stdout": subprocess.DEVNULL,  # what the code prints goes to the notebook, not here
-        "stderr": subprocess.DEVNULL,
-    }
+def _check_calls(source: str) -> list[tuple[str, str]]:
+    """(checker, function name) of each ``checks.check_x(name, ...)`` in a check cell's code."""
     try:
-        with client.setup_kernel(**kernel_options):
-            deadline = monotonic() + timeout  # from when the kernel is ready
-            for index, cell in enumerate(nb.cells[: last + 1]):
-                if cell.cell_type != "code" or not cell.source.strip():
-                    continue
-                left = deadline - monotonic()
-                # Whichever limit comes first: this cell's own, or what is left of the notebook's.
-                limit, which = ((cell_timeout, "the limit per cell") if cell_timeout < left
-                                else (timeout, "the limit per notebook"))
-                if left <= 0:
-                    run.stopped = f"timed out after {limit:g} s at cell {index + 1} ({which})"
-                    break
-                client.timeout = max(1, math.ceil(min(cell_timeout, left)))
-                try:
-                    client.execute_cell(cell, index)
-                except CellTimeoutError:
-                    run.stopped = f"timed out after {limit:g} s at cell {index + 1} ({which})"
-                    break
-                except DeadKernelError:
-                    run.stopped = (f"the kernel died at cell {index + 1} (the code crashed or "
-                                   "exited Python, or ran out of memory)")
-                    break
-                run.cells[index] = _cell_run(cell)
-    except Exception as error:  # the kernel would not start, or the connection broke
-        run.stopped = f"could not run it: {type(error).__name__}: {_one_line(error)}"
-    return run
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+             and node.func.value.id == "checks" and node.func.attr.startswith("check_")
+             and node.args and isinstance(node.args[0], ast.Name)]
+    calls.sort(key=lambda node: (node.lineno, node.col_offset))
+    return [(node.func.attr, node.args[0].id) for node in calls]
 
 
-# --- Judging each exercise ---------------------------------------------------------------------
+# Run in each kernel before the submission's first cell: the recorder keeps the checkers as they
+# are then, so that a submission replacing checks.check_x cannot stop its answers being recorded.
+_PROLOGUE = "import encoderlab.course.checks.record"
+
+
+def _recording_cell(calls: list[tuple[str, str]]) -> str:
+    lines = ["from encoderlab.course.checks.record import record as _record_answers"]
+    return "\n".join(lines + [f"_record_answers({check!r}, {name})" for check, name in calls])
 
 
 def _check_cells(exercise: Exercise, structure: LessonStructure, nb) -> list[int]:
@@ -274,17 +224,52 @@ def _check_cells(exercise: Exercise, structure: LessonStructure, nb) -> list[int
             and "checks.check_" in nb.cells[i].source]
 
 
-def _with_lesson_checks(nb, structure: LessonStructure, lesson_nb, lesson: LessonStructure):
-    """A copy of ``nb`` whose check cells run the published lesson's check code."""
-    nb = copy.deepcopy(nb)
-    for exercise in lesson.exercises:
+def _to_run(nb, structure: LessonStructure, lesson_nb=None, lesson: LessonStructure | None = None):
+    """A copy of ``nb`` whose check cells record the answers of the published lesson's checks
+    (or of its own, with no lesson at hand), and those checks by cell: {index: [(check, name)]}.
+
+    A check cell without any ``checks.check_x(...)`` call (a course's own exercises) runs as it
+    is, and its error, or none, is the verdict."""
+    nb, calls = copy.deepcopy(nb), {}
+    for exercise in (lesson or structure).exercises:
         mine = structure.exercise(exercise.label)
         if mine is None:
             continue
-        originals = [lesson_nb.cells[i].source for i in exercise.check_cells]
-        for index, source in zip(_check_cells(mine, structure, nb), originals):
-            nb.cells[index].source = source
-    return nb
+        cells = _check_cells(mine, structure, nb)
+        if lesson is not None:
+            sources = [lesson_nb.cells[i].source for i in exercise.check_cells]
+        else:
+            sources = [nb.cells[i].source for i in cells]
+        for k, source in enumerate(sources):
+            if not cells:
+                break
+            index = cells[min(k, len(cells) - 1)]  # more published checks: in the last cell
+            found = _check_calls(source)
+            if found:
+                calls.setdefault(index, []).extend(found)
+            elif lesson is not None:
+                nb.cells[index].source = source  # the published code, unverified
+    for index, found in calls.items():
+        nb.cells[index].source = _recording_cell(found)
+    return nb, calls
+
+
+def _verdicts(run: runner.Run, calls: dict[int, list[tuple[str, str]]]) -> dict[int, list]:
+    """Each recording check cell's verdicts, (passed, message) per check, judged here."""
+    verdicts = {}
+    for index, found in calls.items():
+        cell = run.cells.get(index)
+        if cell is None or cell.error:
+            continue
+        verdicts[index] = [
+            replay(check, name, cell.answers[k]) if k < len(cell.answers) else
+            (False, f"no answers were recorded for {check}({name})")
+            for k, (check, name) in enumerate(found)
+        ]
+    return verdicts
+
+
+# --- Judging each exercise ---------------------------------------------------------------------
 
 
 def _is_not_implemented(error: tuple[str, str]) -> bool:
@@ -297,7 +282,12 @@ def _describe(error: tuple[str, str]) -> str:
     name, message = error
     if name == "CheckFailed":  # the checker's diagnosis, without the fix or how to see it
         return _one_line(diagnosis_only(message))
+    if name in _RUNNER_STOPS:  # what the runner says about a cell it stopped
+        return _one_line(message)
     return _one_line(f"{name}: {message}" if message else name)
+
+
+_RUNNER_STOPS = ("KernelDied", "CellTimeout", "OutputLimit")
 
 
 def _written_answer(label: str, structure: LessonStructure, nb) -> str:
@@ -316,7 +306,8 @@ def _written_answer(label: str, structure: LessonStructure, nb) -> str:
     return f"written answer ({words} words): grade by hand"
 
 
-def _judge(expected: Exercise, structure: LessonStructure, nb, run: _Run) -> ExerciseResult:
+def _judge(expected: Exercise, structure: LessonStructure, nb, run: runner.Run,
+           verdicts: dict[int, list]) -> ExerciseResult:
     def result(status: str, message: str) -> ExerciseResult:
         return ExerciseResult(expected.label, expected.title, status, message)
 
@@ -331,11 +322,20 @@ def _judge(expected: Exercise, structure: LessonStructure, nb, run: _Run) -> Exe
                       + ", ".join(f"checks.{name}" for name in expected.checkers))
     if any(i not in run.cells for i in checks):
         return result(NOT_RUN, run.stopped or "its check cell did not run")
-    failing = next((i for i in checks if run.cells[i].error), None)
+
+    def failure(i: int) -> tuple[str, str] | None:
+        """(name, message) of check cell i's failure: an error in the kernel, or a verdict."""
+        if run.cells[i].error:
+            return run.cells[i].error
+        wrong = [message for passed, message in verdicts.get(i, []) if not passed]
+        return ("CheckFailed", wrong[0]) if wrong else None
+
+    failing = next((i for i in checks if failure(i)), None)
     if failing is None:
+        judged = [message for i in checks for _, message in verdicts.get(i, [])]
         printed = [line for i in checks for line in run.cells[i].stdout.splitlines()]
-        ticks = [line for line in printed if line.startswith("✓")]
-        return result(PASSED, _one_line((ticks or printed or ["its check passed"])[-1]))
+        ticks = [line for line in judged + printed if line.startswith("✓")]
+        return result(PASSED, _one_line((ticks or judged or printed or ["its check passed"])[-1]))
     own = [
         (i, run.cells[i].error) for i, label in enumerate(structure.cell_exercise)
         if label == expected.label and i < failing and i not in checks
@@ -345,14 +345,16 @@ def _judge(expected: Exercise, structure: LessonStructure, nb, run: _Run) -> Exe
         index, error = own[0]
         if _is_not_implemented(error):
             return result(NOT_ATTEMPTED, "the stub still raises NotImplementedError")
+        if error[0] in _RUNNER_STOPS:
+            return result(FAILED, f"cell {index + 1}: {_describe(error)}")
         return result(FAILED, f"cell {index + 1} raised {_describe(error)}")
-    error = run.cells[failing].error
+    error = failure(failing)
     if _is_not_implemented(error):
         return result(NOT_ATTEMPTED, "the stub still raises NotImplementedError")
     return result(FAILED, _describe(error))
 
 
-def _outside_errors(structure: LessonStructure, run: _Run) -> list[str]:
+def _outside_errors(structure: LessonStructure, run: runner.Run) -> list[str]:
     errors = [
         f"cell {i + 1} (outside the exercises) raised {_describe(cell.error)}"
         for i, cell in sorted(run.cells.items())
@@ -369,26 +371,37 @@ def grade_notebook(
     timeout: float = 600,
     cell_timeout: float = 300,
     lessons_dir: str | os.PathLike | None = None,
+    lesson: str | None = None,
     kernel: str = "python3",
+    memory: int = Limits.memory,
+    output: int = Limits.output,
+    threads: int = 1,
+    sandbox: bool = True,
 ) -> Report:
     """Run one submission and judge each of its exercises; never raises for a bad submission.
 
     ``timeout`` limits the whole notebook (from when its kernel is ready) and ``cell_timeout``
-    each cell, in seconds; ``lessons_dir`` holds the published lessons, if at hand.
+    each cell, in seconds; ``lessons_dir`` holds the published lessons, if at hand, and
+    ``lesson`` names the one to grade against (else the submission's metadata or title says);
+    ``memory`` (bytes), ``output`` (bytes per cell) and ``threads`` (one by default: several
+    submissions share the cores, and small matrix products slow down many times over when
+    threads outnumber free cores) bound the kernel, which ``sandbox`` fences in (:mod:`.runner`).
     """
     path = Path(path)
     report = Report(str(path))
+    limits = Limits(timeout=timeout, cell_timeout=cell_timeout, memory=memory, output=output,
+                    threads=threads, sandbox=sandbox)
     try:
-        _grade(path, report, timeout=timeout, cell_timeout=cell_timeout,
-               lessons_dir=Path(lessons_dir) if lessons_dir is not None else None, kernel=kernel)
+        _grade(path, report, limits=limits, kernel=kernel, lesson=lesson,
+               lessons_dir=Path(lessons_dir) if lessons_dir is not None else None)
     except Exception as error:  # a notebook odd enough to trip the grader is still reported
         report.results = []
         report.problem = f"could not grade it: {type(error).__name__}: {_one_line(error)}"
     return report
 
 
-def _grade(path: Path, report: Report, *, timeout: float, cell_timeout: float,
-           lessons_dir: Path | None, kernel: str) -> None:
+def _grade(path: Path, report: Report, *, limits: Limits, kernel: str, lesson: str | None,
+           lessons_dir: Path | None) -> None:
     import nbformat
 
     nb, problem = _read_submission(path)
@@ -402,28 +415,110 @@ def _grade(path: Path, report: Report, *, timeout: float, cell_timeout: float,
                             "graded anyway")
     structure = read_structure(nb, name=path.name, strict=False)
     report.notes += structure.problems
-    expected, to_run = structure.exercises, nb
-    lesson_path = _find_lesson(nb, lessons_dir)
+    expected = structure.exercises
     report.title = lesson_title(nb)
+    if lesson is not None:
+        lesson_path = Path(lessons_dir or ".") / f"{lesson}.ipynb"
+    else:
+        lesson_path = _find_lesson(nb, lessons_dir)
     if lesson_path is not None:
         lesson_nb = nbformat.read(lesson_path, as_version=4)
-        lesson = read_structure(lesson_nb, name=lesson_path.name, strict=False)
+        published = read_structure(lesson_nb, name=lesson_path.name, strict=False)
         report.lesson, report.title = lesson_path.stem, lesson_title(lesson_nb)
-        expected = lesson.exercises
-        to_run = _with_lesson_checks(nb, structure, lesson_nb, lesson)
+        expected = published.exercises
+        to_run, calls = _to_run(nb, structure, lesson_nb, published)
+    else:
+        to_run, calls = _to_run(nb, structure)
     if not expected:
         report.problem = "no exercises found (no :::{exercise} with a :label:)"
         return
 
     checked = [structure.exercise(e.label) for e in expected if e.checked]
     checks = [i for e in checked if e is not None for i in _check_cells(e, structure, nb)]
-    run = _Run()
+    run = runner.Run()
     if checks:  # written exercises alone need no kernel; nothing after the last check matters
-        run = _execute(to_run, last=max(checks), cwd=path.resolve().parent, timeout=timeout,
-                       cell_timeout=cell_timeout, kernel=kernel)
+        cells = [i for i, cell in enumerate(to_run.cells[: max(checks) + 1])
+                 if cell.cell_type == "code" and cell.source.strip()]
+        run = runner.run_cells(to_run, cells, limits=limits, kernel=kernel, prologue=_PROLOGUE)
     report.problem = run.stopped
-    report.results = [_judge(e, structure, nb, run) for e in expected]
-    report.notes += _outside_errors(structure, run)
+    verdicts = _verdicts(run, calls)
+    report.results = [_judge(e, structure, nb, run, verdicts) for e in expected]
+    report.notes += run.notes + _outside_errors(structure, run)
+
+
+# --- A class, in parallel ------------------------------------------------------------------------
+
+
+def _start_worker() -> None:
+    """A grading process loads every checker, and the library under it, before any submission
+    runs: what the submissions do later cannot reach them."""
+    import encoderlab.course.checks  # noqa: F401
+
+
+def grade_class(paths: Sequence[str | os.PathLike], *, jobs: int = 1, progress: bool = False,
+                **options) -> Iterator[Report]:
+    """Each submission's report, in the order given, graded ``jobs`` at a time (each in a
+    process of its own that loaded the checkers first); ``options`` go to grade_notebook."""
+    from tqdm.auto import tqdm
+
+    _start_worker()
+    bar = tqdm(total=len(paths), desc="grading", unit="notebook", file=sys.stderr,
+               disable=not progress)
+    with bar:
+        if jobs <= 1:
+            for path in paths:
+                yield grade_notebook(path, **options)
+                bar.update(1)
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        context = multiprocessing.get_context("spawn")  # nothing of this process is shared
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                 initializer=_start_worker) as pool:
+            futures = {pool.submit(grade_notebook, path, **options): k
+                       for k, path in enumerate(paths)}
+            done, ready = {}, 0
+            for future in as_completed(futures):
+                k = futures[future]
+                try:
+                    done[k] = future.result()
+                except Exception as error:  # the grading process itself died
+                    done[k] = Report(str(paths[k]), problem=f"could not grade it: the grading "
+                                     f"process failed ({type(error).__name__})")
+                bar.update(1)
+                while ready in done:
+                    yield done.pop(ready)
+                    ready += 1
+
+
+def summary(reports: Sequence[Report]) -> str:
+    """Per exercise, across the class: how many passed, failed, were not attempted or not run,
+    and the most common message of those that failed."""
+    counts: dict[str, Counter] = {}
+    messages: dict[str, Counter] = {}
+    for report in reports:
+        for r in report.results:
+            counts.setdefault(r.label, Counter())[r.status] += 1
+            if r.status == FAILED:
+                messages.setdefault(r.label, Counter())[r.message] += 1
+    if not counts:
+        return "class: nothing was graded"
+    statuses = (PASSED, FAILED, NOT_ATTEMPTED, NOT_RUN, MANUAL)
+    width = max(len(label) for label in counts)
+    lines = [f"class of {len(reports)}: " + ", ".join(statuses) + " per exercise"]
+    for label, count in counts.items():
+        row = " / ".join(f"{count[s]:>3}" for s in statuses)
+        line = f"  {label:<{width}}  {row}"
+        if label in messages:
+            text, n = messages[label].most_common(1)[0]
+            text = text if len(text) <= 120 else text[:119] + "…"
+            line += f"  most common failure ({n}): {text}"
+        lines.append(line)
+    unreadable = sum(not report.results for report in reports)
+    if unreadable:
+        lines.append(f"  {unreadable} submission(s) could not be graded at all (see above)")
+    return "\n".join(lines)
 
 
 # --- Reporting -----------------------------------------------------------------------------------
@@ -475,52 +570,94 @@ def write_csv(reports: Sequence[Report], path: str | os.PathLike) -> int:
 def _positive(text: str) -> float:
     value = float(text)
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m encoderlab grade SUBMISSION.ipynb ... [--csv FILE] [--timeout S] ...``."""
-    parser = argparse.ArgumentParser(
+def _jobs(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m encoderlab grade``."""
+    cores = os.cpu_count() or 1
+    p = argparse.ArgumentParser(
         prog="python -m encoderlab grade",
-        description="Run submitted notebooks offline and report every exercise: passed, failed "
-        "(with the checker's message), not attempted, or written (graded by hand).",
+        description="Run submitted notebooks offline, each fenced in, and report every "
+        "exercise: passed, failed (with the checker's message), not attempted, or written "
+        "(graded by hand); then a summary of the class.",
     )
-    parser.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION.ipynb",
-                        help="the notebooks to grade")
-    parser.add_argument("--csv", type=Path, metavar="FILE",
-                        help="also write one row per (submission, exercise) to FILE")
-    parser.add_argument("--timeout", type=_positive, default=600, metavar="S",
-                        help="time limit per notebook, in seconds (default 600)")
-    parser.add_argument("--cell-timeout", type=_positive, default=300, metavar="S",
-                        help="time limit per cell, in seconds (default 300)")
-    parser.add_argument("--lessons", type=Path, default=None, metavar="DIR",
-                        help="the published lessons (default: the repository's lessons/)")
-    parser.add_argument("--kernel", default="python3",
-                        help="the Jupyter kernel to run them in (default python3)")
-    args = parser.parse_args(argv)
+    p.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION.ipynb",
+                   help="the notebooks to grade")
+    p.add_argument("--csv", type=Path, metavar="FILE",
+                   help="also write one row per (submission, exercise) to FILE")
+    p.add_argument("--jobs", type=_jobs, default=cores, metavar="N",
+                   help=f"submissions graded at once (default: the cores, {cores})")
+    p.add_argument("--timeout", type=_positive, default=600, metavar="S",
+                   help="time limit per notebook, in seconds (default 600)")
+    p.add_argument("--cell-timeout", type=_positive, default=300, metavar="S",
+                   help="time limit per cell, in seconds (default 300)")
+    p.add_argument("--memory", type=_positive, default=4, metavar="GB",
+                   help="memory limit per submission, in GiB (default 4)")
+    p.add_argument("--max-output", type=_positive, default=2, metavar="MB",
+                   help="output one cell may print before it is interrupted, in MiB (default 2)")
+    p.add_argument("--lessons", type=Path, default=None, metavar="DIR",
+                   help="the published lessons (default: the repository's lessons/)")
+    p.add_argument("--lesson", default=None, metavar="NAME",
+                   help="grade every submission against this lesson of DIR, e.g. "
+                   "03-bidirectional-self-attention (default: each names its own)")
+    p.add_argument("--kernel", default="python3",
+                   help="the Jupyter kernel to run them in (default python3)")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run kernels without their fences (only for notebooks you trust)")
+    return p
+
+
+def options(args: argparse.Namespace, lessons: Path | None) -> dict:
+    """grade_notebook's keyword arguments from the command line."""
+    return {"timeout": args.timeout, "cell_timeout": args.cell_timeout, "lessons_dir": lessons,
+            "lesson": args.lesson, "kernel": args.kernel, "memory": int(args.memory * 2**30),
+            "output": int(args.max_output * 2**20), "sandbox": not args.no_sandbox}
+
+
+def lessons_folder(args: argparse.Namespace, p: argparse.ArgumentParser) -> Path | None:
+    """The published lessons' folder, checked; None (with a note) when there is none."""
+    lessons = args.lessons if args.lessons is not None else default_root() / "lessons"
+    if not lessons.is_dir():
+        if args.lessons is not None or args.lesson is not None:
+            p.error(f"--lessons {lessons}: no such folder")
+        print(f"note: no published lessons at {lessons}; each submission is graded by its own "
+              "exercise cells (pass --lessons DIR)", file=sys.stderr)
+        return None
+    if args.lesson is not None and not (
+            LESSON_NAME.fullmatch(args.lesson) and (lessons / f"{args.lesson}.ipynb").is_file()):
+        names = ", ".join(sorted(q.stem for q in lessons.glob("*.ipynb")))
+        p.error(f"--lesson {args.lesson}: not a lesson in {lessons} (one of: {names})")
+    return lessons
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m encoderlab grade SUBMISSION.ipynb ... [--csv FILE] [--jobs N] ...``."""
+    p = parser()
+    args = p.parse_args(argv)
     try:
         import nbclient  # noqa: F401
         import nbformat  # noqa: F401
     except ImportError as error:
-        parser.error(f"the grader needs nbclient, nbformat and ipykernel ({error}): "
-                     "pip install nbclient nbformat ipykernel")
-    lessons = args.lessons if args.lessons is not None else default_root() / "lessons"
-    if not lessons.is_dir():
-        if args.lessons is not None:
-            parser.error(f"--lessons {args.lessons}: no such folder")
-        print(f"note: no published lessons at {lessons}; each submission is graded by its own "
-              "exercise cells (pass --lessons DIR)", file=sys.stderr)
-
+        p.error(f"the grader needs nbclient, nbformat and ipykernel ({error}): "
+                "pip install nbclient nbformat ipykernel")
+    lessons = lessons_folder(args, p)
+    jobs = min(args.jobs, len(args.submissions))
     reports = []
-    for number, submission in enumerate(args.submissions, 1):
-        if len(args.submissions) > 1:
-            print(f"grading {submission} ({number} of {len(args.submissions)})", file=sys.stderr)
-        report = grade_notebook(submission, timeout=args.timeout, cell_timeout=args.cell_timeout,
-                                lessons_dir=lessons if lessons.is_dir() else None,
-                                kernel=args.kernel)
+    for report in grade_class(args.submissions, jobs=jobs, progress=len(args.submissions) > 1,
+                              **options(args, lessons)):
         reports.append(report)
         print(format_report(report) + "\n", flush=True)
+    if len(reports) > 1:
+        print(summary(reports) + "\n")
     if args.csv is not None:
         try:
             rows = write_csv(reports, args.csv)

@@ -22,6 +22,11 @@ a pair ``(diagnosis, fix)``; a named mistake is ``(diagnosis, fix, wrong)``.
 Two wrappers put rules around the learner's function before :func:`run` calls it:
 :func:`forbidding` fails a call to a function the exercise asks the learner to write (Lesson 3's
 attention, Lesson 4's block), :func:`leaving_inputs` fails a change of an argument in place.
+
+When a class is graded, a check runs in two processes (:mod:`.record`): in the submission's
+kernel, :func:`run` and :func:`call` record each answer instead of judging it; in the grader, a
+:class:`Replay` stands in for the learner's function and :func:`run` judges the recorded answers
+with checkers the submission never touched.
 """
 
 from __future__ import annotations
@@ -61,6 +66,11 @@ __all__ = [
     "mask_difference",
     "first_mask_difference",
     "square_mask_exercise",
+    "Replay",
+    "Recorded",
+    "replayed",
+    "ANSWER_TYPES",
+    "answer_type",
 ]
 
 ATOL, RTOL = 1e-5, 1e-4  # float32 rounding, with room for a different order of operations
@@ -207,11 +217,19 @@ def run(exercise: Exercise, fn: Callable) -> bool:
     """Check ``fn`` on ``exercise``'s cases: True (and one printed line), or a CheckFailed."""
     require_callable(fn)
     cases = exercise.cases()
+    replay = _replay_of(fn)
     answers = []
     for k, case in enumerate(cases):
         where = exercise.where(k, case)
-        result = call(fn, exercise.arguments(*case), where)
+        if replay is not None:  # graded: the answer was computed in the submission's kernel
+            answers.append(replay.take("answer", where))
+            continue
+        result = _call(fn, exercise.arguments(*case), where)
         answers.append(exercise.answer(result, where, *case))
+        if _recording is not None:
+            _recording.add("answer", answers[-1])
+    if _recording is not None:
+        raise Recorded  # the grader judges; nothing more to do in the submission's kernel
     if exercise.review is not None:
         answers = exercise.review(answers, cases)
     references = [exercise.reference(*case) for case in cases]
@@ -262,7 +280,20 @@ def _learner_line(error: Exception) -> str:
 
 
 def call(fn: Callable, args: tuple, where: str):
-    """Call the learner's function; any exception becomes a CheckFailed naming the case."""
+    """Call the learner's function; any exception becomes a CheckFailed naming the case.
+
+    For checkers that call the function themselves, outside :func:`run`; graded, the result is
+    recorded, or replayed, like :func:`run`'s answers."""
+    replay = _replay_of(fn)
+    if replay is not None:
+        return replay.take("result", where)
+    result = _call(fn, args, where)
+    if _recording is not None:
+        _recording.add("result", result)
+    return result
+
+
+def _call(fn: Callable, args: tuple, where: str):
     try:
         return fn(*args)
     except CheckFailed:  # already worded, by a guard around fn (forbidding)
@@ -272,6 +303,86 @@ def call(fn: Callable, args: tuple, where: str):
         raise CheckFailed(
             f"your function raised {type(error).__name__}: {error} (on {where}{line})"
         ) from None
+
+
+# --- Grading: answers recorded in the submission's kernel, judged in the grader -----------------
+
+
+class Recorded(BaseException):  # noqa: N818 (a signal, not an error)
+    """Ends :func:`run` in the submission's kernel once every answer is recorded. A
+    BaseException, so that no ``except Exception`` in a checker or a wrapper stops it."""
+
+
+_recording = None  # while recording (record.record): an object with add(kind, value)
+
+
+def start_recording(log) -> None:
+    """From now on, :func:`run` and :func:`call` hand each answer to ``log.add(kind, value)``."""
+    global _recording
+    _recording = log
+
+
+def stop_recording() -> None:
+    global _recording
+    _recording = None
+
+
+class Replay:
+    """Stands in for the learner's function in the grader: the answers its calls gave in the
+    submission's kernel, in order, and the failure that stopped them there, if any.
+
+    :func:`run` and :func:`call` take the answers from it instead of calling anything; the
+    wrappers a checker puts around it (which keep it as ``__wrapped__``) are not called.
+    """
+
+    def __init__(self, name: str, entries: Sequence[tuple[str, Any]],
+                 failure: tuple[str, str] | None):
+        self.__name__ = name
+        self.entries = list(entries)  # (kind, value): kind "answer" (run) or "result" (call)
+        self.failure = failure  # (diagnosis, fix) of a CheckFailed raised there
+        self.taken = 0
+
+    def __call__(self, *args, **kwargs):
+        raise CheckFailed("this check called the function outside run() and call(), so its "
+                          "answers could not be replayed.")
+
+    def take(self, kind: str, where: str):
+        """The next recorded answer, which must be of ``kind``; at the end, the failure."""
+        if self.taken == len(self.entries):
+            if self.failure is not None:
+                raise CheckFailed(*self.failure)
+            raise CheckFailed(f"no answer was recorded for {where}: the check stopped early "
+                              "in the submission's kernel.")
+        recorded_kind, value = self.entries[self.taken]
+        self.taken += 1
+        if recorded_kind != kind:
+            raise CheckFailed(f"the answers recorded in the submission's kernel do not follow "
+                              f"the checker's cases (at {where}).")
+        return value
+
+
+def replayed(fn) -> bool:
+    """True in the grader, where ``fn`` stands for a function that ran in the submission's
+    kernel: what it did there (calls, budgets) was watched there; only its answers are here."""
+    return _replay_of(fn) is not None
+
+
+def _replay_of(fn) -> Replay | None:
+    """The :class:`Replay` behind ``fn`` and its wrappers, if it is one."""
+    seen = 0
+    while seen < 32 and not isinstance(fn, Replay):
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return fn if isinstance(fn, Replay) else None
+
+
+ANSWER_TYPES: dict[str, type] = {}  # answer classes a recording may hold, by name
+
+
+def answer_type(cls: type) -> type:
+    """Register a dataclass that answers are made of, so that a recording can carry it."""
+    ANSWER_TYPES[cls.__qualname__] = cls
+    return cls
 
 
 class ForbiddenCall(Exception):

@@ -17,6 +17,7 @@ from encoderlab.course.checks.harness import (
     checker,
     close,
     differs,
+    replayed,
     require_callable,
     run,
 )
@@ -445,6 +446,8 @@ def _check_scoring_budget(fn: Callable) -> None:
     bi, table, k = _rerank_cases()[1]
     log = _ScoreLog(table)
     call(fn, (bi.clone(), log, k), "the first budget case")
+    if replayed(fn):  # graded: the budget was checked in the submission's kernel
+        return
     top = _bi_top(bi, k).tolist()
     asked: dict[int, list[int]] = {}
     for i, candidates in log.calls:

@@ -17,6 +17,7 @@ from encoderlab.course.checks.harness import (
     CheckFailed,
     Exercise,
     Message,
+    answer_type,
     checker,
     run,
     square_mask_exercise,
@@ -74,6 +75,7 @@ def check_prefix_lm_mask(fn: Callable) -> bool:
 # --- Greedy decoding with the KV cache (Lesson 10, §5) -------------------------------------------
 
 
+@answer_type  # graded, it travels from the submission's kernel to the grader
 @dataclass(frozen=True)
 class Decoded:
     """What one decoding loop did: its tokens, the rows every decoder block sent through W_K
