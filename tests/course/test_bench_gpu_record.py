@@ -163,8 +163,9 @@ def test_a_simulated_t4_times_sdpa_alone_and_says_why_in_one_line(simulate, tmp_
     seen = simulate((7, 5), "Tesla T4")
     mode, line = bench.gpu_mode()
     assert mode == "sdpa" and "\n" not in line
-    assert line.startswith("The Triton kernel is not shown, so SDPA alone is timed (full vs "
-                           "is_causal): this GPU (Tesla T4) has compute capability 7.5")
+    assert line == ("Tesla T4 (compute capability 7.5): the course's Triton kernel is built for "
+                    "8.0 (A100) and newer, so this run times PyTorch's SDPA alone, full against "
+                    "is_causal.")
     with pytest.raises(ValueError, match="cannot time the Triton kernel here: .*7.5"):
         bench.gpu_attention_record()
     assert bench.main(["--gpu-record", str(tmp_path / "x.json")]) == 2
@@ -182,7 +183,7 @@ def test_a_simulated_t4_times_sdpa_alone_and_says_why_in_one_line(simulate, tmp_
         assert row["sdpa_full_ms"] == row["sdpa_causal_ms"] == FAKE_MS
         assert row["sdpa_speedup"] == 1.0 and row["flop_ratio"] == 2 * row["n"] / (row["n"] + 1)
     assert bench.sdpa_results_table(record).splitlines()[-1].split()[-2:] == ["flash,", "flash"]
-    assert "record one with" in out[-2]
+    assert "compute capability 8.0 or newer" in out[-2]
 
 
 def test_the_interpreter_is_refused(simulate, monkeypatch, tmp_path, capsys):
@@ -236,7 +237,7 @@ def test_device_samples_rotate_and_pair_the_calls(monkeypatch):
 def test_no_cuda_shows_the_recorded_runs(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     mode, line = bench.gpu_mode()
-    assert mode == "none" and line.startswith("No CUDA device")
+    assert mode == "none" and line.startswith("No CUDA GPU")
     assert bench.lesson_gpu_rows(tmp_path) is None
     out = capsys.readouterr().out.splitlines()
     assert out[0] == line and out[-1].endswith("--gpu-record figures/data/gpu-attention.json")

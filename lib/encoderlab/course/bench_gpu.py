@@ -111,17 +111,20 @@ def gpu_mode() -> tuple[str, str]:
     "none": no CUDA device, or no Triton to time with, so only the runs recorded in figures/data/.
     """
     if not torch.cuda.is_available():
-        return "none", "No CUDA device in this run: only GPU runs recorded in figures/data/ show."
+        return "none", ("No CUDA GPU in this run: only GPU runs recorded in figures/data/ can be "
+                        "shown.")
     if importlib.util.find_spec("triton") is None:
         return "none", ("Triton is not installed, and the GPU rows time with it (pip install "
-                        "triton): only GPU runs recorded in figures/data/ show.")
+                        "triton): only GPU runs recorded in figures/data/ can be shown.")
     name = torch.cuda.get_device_name(0)
     reason = kernel_unsupported_reason()
     if reason is None:
         return "triton", (f"{name}: the Triton kernel runs here; it is checked against SDPA, "
                           "then both are timed on the GPU's clock.")
-    return "sdpa", ("The Triton kernel is not shown, so SDPA alone is timed (full vs is_causal): "
-                    f"{reason}")
+    major, minor = torch.cuda.get_device_capability(0)
+    return "sdpa", (f"{name} (compute capability {major}.{minor}): the course's Triton kernel is "
+                    "built for 8.0 (A100) and newer, so this run times PyTorch's SDPA alone, full "
+                    "against is_causal.")
 
 
 def _do_bench() -> Callable:
@@ -442,8 +445,8 @@ def gpu_mask_table(records: list[dict]) -> str:
     (recorded before the masks were timed) are named and skipped."""
     with_masks = [r for r in records if r.get("mask_rows")]
     if not with_masks:
-        return ("No GPU run with per-mask timings is recorded yet (figures/data/ holds no "
-                "gpu-attention record with mask_rows).")
+        return ("No GPU run with per-mask timings is recorded yet (no file in figures/data/ "
+                "holds them).")
     lines = []
     for r in with_masks:
         first = r["mask_rows"][0]
@@ -549,7 +552,7 @@ def _sdpa_backends_named(rows: list[dict]) -> str:
 def gpu_results_table(records: list[dict]) -> str:
     """GPU runs as text: one header line with the device and versions, then one line per n."""
     if not records:
-        return "No GPU results are recorded yet (figures/data/ holds no gpu-attention record)."
+        return "No GPU results are recorded yet (no file in figures/data/ holds them)."
     lines = []
     for r in records:
         lines.append(f"{r['device']} · torch {r['torch']} · Triton {r['triton']} · "
@@ -592,8 +595,8 @@ def lesson_gpu_rows(folder="figures/data") -> dict | None:
         print("Recorded GPU runs:")
         print(gpu_results_table(recorded))
     else:
-        print("GPU timings of the Triton kernel appear here once a record exists; on a CUDA "
-              "machine, record one with")
+        print("GPU timings of the Triton kernel appear here once a run is recorded: on a GPU of "
+              "compute capability 8.0 or newer, from the repository's root folder,")
         print("  python -m encoderlab bench --gpu-record figures/data/gpu-attention.json")
     return record
 

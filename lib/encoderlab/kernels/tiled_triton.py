@@ -192,8 +192,9 @@ def unsupported_reason(device=None) -> str | None:
             name = f" ({torch.cuda.get_device_name(device)})"
         except (AssertionError, RuntimeError):  # no name where CUDA is only simulated (tests)
             name = ""
-        return (f"this GPU{name} has compute capability {major}.{minor}, and Triton supports "
-                "8.0 (Ampere) and newer only: use torch's scaled_dot_product_attention here.")
+        return (f"this GPU{name} has compute capability {major}.{minor}; the course's Triton "
+                "kernel is built for 8.0 (Ampere) and newer, the NVIDIA GPUs Triton supports, so "
+                "use torch's scaled_dot_product_attention here.")
     return None
 
 
