@@ -11,18 +11,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+import lesson3_notebooks as l3
 import nbformat
 import pytest
-from lesson3_notebooks import (
-    CODE_EXERCISES,
-    LESSON_3,
-    LESSONS,
-    ROOT,
-    cell_of,
-    exercise_section,
-    student_version,
-    write,
-)
 
 from encoderlab.course import grade, gradescope
 
@@ -31,24 +22,25 @@ LESSON = "03-bidirectional-self-attention"
 
 @pytest.fixture(scope="module")
 def lesson():
-    return exercise_section(nbformat.read(LESSON_3, as_version=4))
+    return l3.exercise_section(nbformat.read(l3.LESSON_3, as_version=4))
 
 
 def _wrong(lesson, label: str = "l3-ex-causal"):
     nb = nbformat.reads(nbformat.writes(lesson), as_version=4)
-    solution = cell_of(nb, "solution", label)
+    solution = l3.cell_of(nb, "solution", label)
     solution.source = solution.source.replace(".tril()", ".triu()")
     return nb
 
 
 def test_jobs_two_grade_exactly_as_one_at_a_time(lesson, tmp_path):
-    paths = [write(lesson, tmp_path / "right.ipynb"), write(_wrong(lesson), tmp_path / "w.ipynb"),
-             write(student_version(lesson), tmp_path / "untouched.ipynb")]
+    paths = [l3.write(lesson, tmp_path / "right.ipynb"),
+             l3.write(_wrong(lesson), tmp_path / "w.ipynb"),
+             l3.write(l3.student_version(lesson), tmp_path / "untouched.ipynb")]
     tables = {}
     for jobs in (1, 2):
         out = tmp_path / f"jobs-{jobs}.csv"
         assert grade.main([str(p) for p in paths] + ["--jobs", str(jobs), "--csv", str(out),
-                                                      "--lessons", str(LESSONS)]) == 0
+                                                      "--lessons", str(l3.LESSONS)]) == 0
         tables[jobs] = out.read_text(encoding="utf-8")
     assert tables[1] == tables[2]
     assert tables[1].count("\n") == 1 + 3 * 7  # the header, and every exercise of all three
@@ -116,7 +108,7 @@ def _run_autograder(autograder, name: str, nb) -> dict:
     folder, script = autograder
     root = folder / name
     (root / "submission").mkdir(parents=True)
-    write(nb, root / "submission" / "lesson3.ipynb")
+    l3.write(nb, root / "submission" / "lesson3.ipynb")
     (root / "source").symlink_to(folder / "source")
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
     done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=600)
@@ -133,8 +125,8 @@ def _scores(results: dict) -> dict[str, tuple[int, int]]:
 def test_gradescope_full_partial_and_no_marks(autograder, lesson):
     right = _run_autograder(autograder, "right", lesson)
     assert right["score"] == 4
-    assert {label: _scores(right)[label] for label in CODE_EXERCISES} == {
-        label: (1, 1) for label in CODE_EXERCISES}
+    assert {label: _scores(right)[label] for label in l3.CODE_EXERCISES} == {
+        label: (1, 1) for label in l3.CODE_EXERCISES}
     assert _scores(right)["l3-ex-count"] == (0, 0)  # a written answer: graded by hand
 
     wrong = _run_autograder(autograder, "wrong", _wrong(lesson))
@@ -143,25 +135,25 @@ def test_gradescope_full_partial_and_no_marks(autograder, lesson):
     assert causal["status"] == "failed" and "upper-triangular" in causal["output"]
 
     cheat = _wrong(lesson)
-    cell_of(cheat, "solution", "l3-ex-causal").source += (
+    l3.cell_of(cheat, "solution", "l3-ex-causal").source += (
         "\nfrom encoderlab.course import checks\n"
         "checks.check_causal_mask = lambda *a, **k: True\n"
         "import torch\ntorch.equal = lambda *a, **k: True\n")
     cheated = _run_autograder(autograder, "cheat", cheat)
     assert cheated["score"] == 3 and _scores(cheated)["l3-ex-causal"] == (0, 1)
 
-    untouched = _run_autograder(autograder, "untouched", student_version(lesson))
+    untouched = _run_autograder(autograder, "untouched", l3.student_version(lesson))
     assert untouched["score"] == 0
 
 
 def test_gradescope_without_one_notebook_says_so(tmp_path):
     (tmp_path / "submission").mkdir()
-    results = gradescope.run(tmp_path, LESSON, LESSONS)
+    results = gradescope.run(tmp_path, LESSON, l3.LESSONS)
     _check_results_format(results)
     assert results["score"] == 0 and "found 0 (none)" in results["output"]
 
 
 def test_gradescope_bundle_refuses_an_unknown_lesson(tmp_path):
     with pytest.raises(ValueError, match="no lesson '../secret'"):
-        gradescope.write_bundle("../secret", tmp_path / "a.zip", root=ROOT)
+        gradescope.write_bundle("../secret", tmp_path / "a.zip", root=l3.ROOT)
     assert not Path(tmp_path / "a.zip").exists()
