@@ -99,6 +99,10 @@ def autograder(tmp_path_factory):
             "course/pyproject.toml", "course/lib/encoderlab/course/grade.py"} <= set(names)
     assert all(modes[name] & stat.S_IXUSR for name in ("setup.sh", "run_autograder"))
     assert not any("__pycache__" in name for name in names)
+    for name in ("setup.sh", "run_autograder"):  # both are bash scripts that parse
+        check = subprocess.run(["bash", "-n", str(folder / "source" / name)],
+                               capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
     script = folder / "source" / "run_autograder"
     script.chmod(0o755)
     return folder, script

@@ -103,7 +103,7 @@ def _kernel_manager(kernel: str, folder: Path, private: Path, limits: Limits):
     from jupyter_client.manager import AsyncKernelManager
 
     command = []
-    if limits.sandbox:
+    if limits.sandbox and os.name == "posix":  # the launcher needs POSIX's resource limits
         # Run as a script, without site: the launcher needs the standard library alone.
         command = [sys.executable, "-S", sandbox.__file__, "--folder", str(folder),
                    "--memory", str(limits.memory), "--report", str(private / "fences.json")]
@@ -210,7 +210,10 @@ def _run(nb, cells: list[int], private: Path, folder: Path, limits: Limits, kern
         dead_at = None
         try:
             with client.setup_kernel(**options):
-                if attempt == 0 and limits.sandbox:
+                if attempt == 0 and limits.sandbox and os.name != "posix":
+                    run.notes.append("sandbox: no fences on this system (not POSIX): grade "
+                                     "untrusted notebooks in a container")
+                elif attempt == 0 and limits.sandbox:
                     run.notes += sandbox.missing_fences(sandbox.fence_report(
                         private / "fences.json"))
                 if prologue:  # a cell of its own, after the notebook's (nbclient stores it there)
