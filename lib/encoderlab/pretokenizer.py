@@ -19,6 +19,8 @@ import re
 import unicodedata
 
 __all__ = [
+    "basic_tokenize_steps",
+    "basic_tokenize_with_origins",
     "WHITESPACE",
     "CJK_RANGES",
     "unicode_category",
@@ -259,3 +261,57 @@ def basic_tokenize(text: str) -> list[str]:
     for chunk in split_on_whitespace(normalize(text)):
         words.extend(split_on_punctuation(chunk))
     return words
+
+
+def basic_tokenize_with_origins(text: str) -> list[tuple[str, list[int]]]:
+    """The pre-tokenizer's words, each with where its characters came from (Lesson 2, §4).
+
+    ``origins[k]`` is the index in ``text`` of the character that gave the word's character
+    ``k``: normalising one character at a time keeps that link ("é" gives "e", 東 gives
+    " 東 "). The words are those of :func:`basic_tokenize`.
+    """
+    chars, origins = [], []  # the normalised text, and each character's source index
+    for j, ch in enumerate(text):
+        for c in normalize(ch):
+            chars.append(c)
+            origins.append(j)
+    words, current = [], []  # current: indices into chars of the word being read
+
+    def close():
+        if current:
+            words.append(("".join(chars[k] for k in current), [origins[k] for k in current]))
+            current.clear()
+
+    for k, c in enumerate(chars):
+        if c in WHITESPACE:
+            close()
+        elif is_punctuation(c):
+            close()
+            current.append(k)
+            close()
+        else:
+            current.append(k)
+    close()
+    return words
+
+
+def basic_tokenize_steps(text: str) -> list[tuple[str, str | list[str]]]:
+    """The pre-tokenizer one step at a time: ``[(step name, result), ...]`` (Lesson 2, §1).
+
+    The steps of :func:`basic_tokenize`, in its order: ``clean_text``,
+    ``space_out_cjk``, ``strip_accents`` and ``lowercase`` (each result a str),
+    then ``split_on_whitespace`` and ``split_on_punctuation`` (each a list of
+    words). The last result always equals ``basic_tokenize(text)``.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}. Pass the text as a "
+                         "Python string.")
+    steps: list[tuple[str, str | list[str]]] = []
+    for step in (clean_text, space_out_cjk, strip_accents, lowercase):  # normalize(), unrolled
+        text = step(text)
+        steps.append((step.__name__, text))
+    words = split_on_whitespace(text)
+    steps.append(("split_on_whitespace", words))
+    pieces = [piece for word in words for piece in split_on_punctuation(word)]
+    steps.append(("split_on_punctuation", pieces))
+    return steps

@@ -9,10 +9,12 @@ Text becomes token ids in three steps, each a few small functions:
    pieces found in the vocabulary; pieces after the first carry ``##``.
 
 :class:`WordPieceTokenizer` then adds ``[CLS]``/``[SEP]``, segment ids for
-pairs, truncation and padding (Lesson 2, §4). The reference is Hugging Face's
-fast (Rust) ``BertTokenizerFast``; the tests check that both give the same ids
-on thousands of strings, so the rules here follow the Rust code, not the older
-Python ``BasicTokenizer`` (they differ on a few Unicode corner cases).
+pairs, truncation and padding (Lesson 2, §4), and on request each token's word
+index and character offsets (``return_word_ids``, ``return_offsets_mapping``).
+The reference is Hugging Face's fast (Rust) ``BertTokenizerFast``; the tests
+check that both give the same ids on thousands of strings, so the rules here
+follow the Rust code, not the older Python ``BasicTokenizer`` (they differ on a
+few Unicode corner cases).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from encoderlab.pretokenizer import (
     CJK_RANGES,
     WHITESPACE,
     basic_tokenize,
+    basic_tokenize_steps,
+    basic_tokenize_with_origins,
     clean_text,
     is_cjk,
     is_control,
@@ -49,9 +53,8 @@ __all__ = [
     "MODEL_MAX_LENGTH",
     "truncated_lengths",
     "read_vocab_file",
-    "basic_tokenize_steps",
-    "vocabulary_stats",
     # steps 1 and 2, defined in encoderlab.pretokenizer, offered under this module's name too
+    "basic_tokenize_steps", "basic_tokenize_with_origins",
     "CJK_RANGES", "WHITESPACE", "clean_text", "is_cjk", "is_control", "is_punctuation",
     "is_whitespace", "lowercase", "space_out_cjk", "split_on_punctuation",
     "split_on_whitespace", "strip_accents",
@@ -126,6 +129,20 @@ class BatchEncoding(dict):
     Lesson 2, §4. The keys can also be read as attributes
     (``enc.input_ids``), as with Hugging Face's ``BatchEncoding``.
     """
+
+    def word_ids(self, batch_index: int = 0) -> list[int | None]:
+        """The word index of each token of row ``batch_index``, ``None`` for specials and
+        padding (Lesson 2, §4); the tokenizer must be called with ``return_word_ids=True``."""
+        if "word_ids" not in self:
+            raise ValueError("This encoding has no word ids. Call the tokenizer with "
+                             "return_word_ids=True to get them.")
+        rows = self["word_ids"]
+        if rows and not isinstance(rows[0], list):  # one text: a single row
+            rows = [rows]
+        if not 0 <= batch_index < len(rows):
+            raise ValueError(f"batch_index must be between 0 and {len(rows) - 1} (the encoding "
+                             f"holds {len(rows)} rows), got {batch_index}.")
+        return list(rows[batch_index])
 
     def __getattr__(self, name):
         try:
@@ -258,6 +275,36 @@ class WordPieceTokenizer:
                 tokens.extend(self.wordpiece(word))
         return tokens
 
+    def tokenize_with_alignment(self, text: str) -> list[tuple[str, int, tuple[int, int]]]:
+        """Text -> ``(piece, word index, (start, end))`` for every wordpiece (Lesson 2, §4).
+
+        The word index counts the pre-tokenizer's words from 0 (a typed special token such as
+        ``[MASK]`` is a word too); ``text[start:end]`` is the stretch of the *original* text the
+        piece came from, accents and capitals included. Every piece of a word, or the word's
+        ``[UNK]``, gets that word's index. ``tokenize(text)`` gives the same pieces.
+        """
+        _check_text(text, "text")
+        aligned, offset, n_words = [], 0, 0
+        for part in self._special_pattern.split(text):
+            if part in SPECIAL_TOKENS:
+                aligned.append((part, n_words, (offset, offset + len(part))))
+                n_words += 1
+            else:
+                for word, origins in basic_tokenize_with_origins(part):
+                    pieces = self.wordpiece(word)
+                    at = 0  # where the next piece starts inside the normalised word
+                    for piece in pieces:
+                        if piece == UNK:  # the whole word, whatever its length
+                            first, last = origins[0], origins[-1]
+                        else:
+                            length = len(piece) - (len(CONTINUATION) if at else 0)
+                            first, last = origins[at], origins[at + length - 1]
+                            at += length
+                        aligned.append((piece, n_words, (offset + first, offset + last + 1)))
+                    n_words += 1
+            offset += len(part)
+        return aligned
+
     def convert_tokens_to_ids(self, tokens):
         """Token(s) -> id(s); a token not in the vocabulary gets the [UNK] id (Lesson 2, §3)."""
         if isinstance(tokens, str):
@@ -313,6 +360,8 @@ class WordPieceTokenizer:
         truncation=False,
         max_length=None,
         return_tensors=None,
+        return_offsets_mapping=False,
+        return_word_ids=False,
     ) -> BatchEncoding:
         """Tokenize one text or a batch, like Hugging Face's ``BertTokenizerFast`` (Lesson 2, §4).
 
@@ -322,6 +371,13 @@ class WordPieceTokenizer:
         ``max_length`` (512 when not given). ``return_tensors="pt"`` gives
         torch LongTensors of shape (batch, n). A str gives lists of ints, a
         list gives lists of lists.
+
+        ``return_offsets_mapping=True`` adds ``offset_mapping``: for each token the
+        ``(start, end)`` of the characters of its own text it came from, ``(0, 0)`` for
+        specials and padding. ``return_word_ids=True`` adds ``word_ids``: for each token the
+        index of its word in its own text (from 0 in each text of a pair), ``None`` for
+        specials and padding; ``encoding.word_ids()`` reads it as the reference's method does.
+        Both as in the reference's fast tokenizer (Lesson 2, §4).
         """
         is_batch = _check_texts(texts, text_pair)
         padding = _check_padding(padding)
@@ -341,19 +397,35 @@ class WordPieceTokenizer:
         if text_pair is not None:
             batch_b = text_pair if is_batch else [text_pair]
 
-        rows = []
+        rows, alignments = [], []
         for i, text in enumerate(batch_a):
-            ids_a = self.convert_tokens_to_ids(self.tokenize(text))
-            ids_b = None
+            aligned_a = self.tokenize_with_alignment(text)  # (piece, word, (start, end))
+            aligned_b = None
             if batch_b is not None:
-                ids_b = self.convert_tokens_to_ids(self.tokenize(batch_b[i]))
+                aligned_b = self.tokenize_with_alignment(batch_b[i])
             if truncation:
-                ids_a, ids_b = self._truncate(ids_a, ids_b, max_length)
+                aligned_a, aligned_b = self._truncate(aligned_a, aligned_b, max_length)
+            ids_a = self.convert_tokens_to_ids([piece for piece, _, _ in aligned_a])
+            ids_b = None
+            if aligned_b is not None:
+                ids_b = self.convert_tokens_to_ids([piece for piece, _, _ in aligned_b])
             input_ids, token_type_ids = self.build_inputs(ids_a, ids_b)
             self._check_fits(len(input_ids), i, max_length, is_batch)
             rows.append((input_ids, token_type_ids))
+            # the specials have no word and no characters: None and (0, 0), framed like ids
+            framed = [(None, (0, 0))] + [(w, span) for _, w, span in aligned_a]
+            framed += [(None, (0, 0))]
+            if aligned_b is not None:
+                framed += [(w, span) for _, w, span in aligned_b] + [(None, (0, 0))]
+            alignments.append(framed)
 
         encoding = self._pad(rows, padding, max_length)
+        for key, wanted, index, blank in [("word_ids", return_word_ids, 0, None),
+                                          ("offset_mapping", return_offsets_mapping, 1, (0, 0))]:
+            if wanted:
+                encoding[key] = [[item[index] for item in framed]
+                                 + [blank] * (len(row) - len(framed))
+                                 for framed, row in zip(alignments, encoding["input_ids"])]
         if return_tensors == "pt":
             return _to_tensors(encoding)
         if not is_batch:
@@ -361,7 +433,8 @@ class WordPieceTokenizer:
         return encoding
 
     def _truncate(self, ids_a, ids_b, max_length):
-        """Cut the wordpieces so that the sequence with specials has at most max_length tokens."""
+        """Cut the wordpieces (ids, or pieces with their alignment) so that the sequence with
+        specials has at most max_length tokens."""
         n_specials = 2 if ids_b is None else 3  # [CLS] A [SEP], or [CLS] A [SEP] B [SEP]
         budget = max_length - n_specials  # room left for the text's own tokens
         if budget < 0:
@@ -435,83 +508,6 @@ class WordPieceTokenizer:
                     token = " " + token
             words.append(cleanup_spaces(token))
         return "".join(words)
-
-
-# ---------------------------------------------------------------------------
-# Looking inside: the pre-tokenizer one step at a time, the vocabulary counted (Lesson 2)
-# ---------------------------------------------------------------------------
-
-
-def basic_tokenize_steps(text: str) -> list[tuple[str, str | list[str]]]:
-    """The pre-tokenizer one step at a time: ``[(step name, result), ...]`` (Lesson 2, §1).
-
-    The steps of :func:`basic_tokenize`, in its order: ``clean_text``,
-    ``space_out_cjk``, ``strip_accents`` and ``lowercase`` (each result a str),
-    then ``split_on_whitespace`` and ``split_on_punctuation`` (each a list of
-    words). The last result always equals ``basic_tokenize(text)``.
-    """
-    _check_text(text, "text")
-    steps: list[tuple[str, str | list[str]]] = []
-    for step in (clean_text, space_out_cjk, strip_accents, lowercase):  # normalize(), unrolled
-        text = step(text)
-        steps.append((step.__name__, text))
-    words = split_on_whitespace(text)
-    steps.append(("split_on_whitespace", words))
-    pieces = [piece for word in words for piece in split_on_punctuation(word)]
-    steps.append(("split_on_punctuation", pieces))
-    return steps
-
-
-def vocabulary_stats(vocab) -> dict:
-    """What a WordPiece vocabulary holds, counted (Lesson 2, §3).
-
-    ``vocab`` is a :class:`WordPieceTokenizer` or its list of tokens (token i
-    has id i). The entries fall into four groups that add up to ``size``:
-    ``special`` (the five special tokens, as a dict token -> id), ``unused``
-    (the ``[unused…]`` placeholder slots), ``continuation`` (pieces starting
-    with ``##``, which may only continue a word) and ``word_start`` (all the
-    others, which may begin one). Also counted: ``single_characters``
-    (word-start entries of one character), ``single_continuations`` (``##``
-    plus one character), ``alphabet_closed`` (True when every single
-    character also exists as a ``##`` continuation, so any word spelled in
-    those characters can be split), ``cjk_characters``, ``non_ascii``,
-    ``has_upper_case`` and ``has_accents`` (entries that lower-casing or
-    accent stripping would change, specials excepted), and the longest
-    entry of each kind.
-    """
-    tokens = getattr(vocab, "ids_to_tokens", vocab)
-    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (list, tuple)):
-        raise ValueError(
-            "vocabulary_stats() expects a WordPieceTokenizer or its list of tokens (token i has "
-            f"id i), got {type(vocab).__name__} ({_short_repr(vocab)}). Pass the tokenizer, or "
-            "read_vocab_file(path) for a vocab.txt."
-        )
-    _check_all_str(tokens, "the vocabulary")
-    ids = {token: i for i, token in enumerate(tokens)}
-    special = {token: ids[token] for token in SPECIAL_TOKENS if token in ids}
-    unused = [t for t in tokens if re.fullmatch(r"\[unused\d+\]", t)]
-    continuation = [t for t in tokens if t.startswith(CONTINUATION) and len(t) > len(CONTINUATION)]
-    excluded = set(special) | set(unused) | set(continuation)
-    word_start = [t for t in tokens if t not in excluded]
-    singles = {t for t in word_start if len(t) == 1}
-    single_continuations = {t[len(CONTINUATION):] for t in continuation if len(t) == 3}
-    ordinary = word_start + continuation
-    return {
-        "size": len(tokens),
-        "special": special,
-        "unused": len(unused),
-        "continuation": len(continuation),
-        "word_start": len(word_start),
-        "single_characters": len(singles),
-        "single_continuations": len(single_continuations),
-        "alphabet_closed": singles <= single_continuations,
-        "cjk_characters": sum(is_cjk(t) for t in singles),
-        "non_ascii": sum(not t.isascii() for t in ordinary),
-        "has_upper_case": sum(lowercase(t) != t for t in ordinary),
-        "has_accents": sum(strip_accents(t) != t for t in ordinary),
-        "longest_word_start": max(word_start, key=len, default=""),
-        "longest_continuation": max(continuation, key=len, default=""),
-    }
 
 
 # ---------------------------------------------------------------------------
@@ -665,8 +661,10 @@ def _to_tensors(encoding: BatchEncoding) -> BatchEncoding:
             f"lengths from {lengths[0]} to {lengths[-1]}. Pass padding=True to pad them to the "
             "longest (the attention_mask marks the padding)."
         )
+    # word_ids hold None, which no tensor can: they stay lists, as the reference keeps them
     return BatchEncoding(
-        {key: torch.tensor(rows, dtype=torch.long) for key, rows in encoding.items()}
+        {key: rows if key == "word_ids" else torch.tensor(rows, dtype=torch.long)
+         for key, rows in encoding.items()}
     )
 
 

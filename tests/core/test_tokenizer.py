@@ -511,3 +511,78 @@ def test_vocab_file_errors(tmp_path):
 def test_decode_of_unknown_id_raises(tiny):
     with pytest.raises(ValueError, match=r"Token id 99 is outside the vocabulary \(ids 0 to 18\)"):
         tiny.decode([2, 99, 3])
+
+
+# ---------------------------------------------------------------------------
+# Word ids and character offsets (Lesson 2, §4), against the reference
+# ---------------------------------------------------------------------------
+
+ALIGNMENT_TEXTS = [
+    "Héllo,\tWORLD!\u200b Naïve café-goers don't “tokenize” 東京で… 5€?",  # accents, CJK
+    "Paris is the [MASK] of France.",  # a typed special token is a word of its own
+    "Great job🙂 see you",  # [UNK] covers the whole word
+    "İstanbul ΟΔΟΣ 한국어 electroencephalography",  # expanding lower-case, Hangul, a split
+    "the read " + "acgt" * 26 + " was discarded",  # a word over 100 characters
+    "  leading spaces,and\u00a0no-break   spaces  ",
+]
+
+
+def _alignment(encoding, i=None):
+    """word_ids and offsets of one row, as plain lists of ints/None and tuples."""
+    words = encoding.word_ids() if i is None else encoding.word_ids(i)
+    offsets = encoding["offset_mapping"] if i is None else encoding["offset_mapping"][i]
+    return words, [tuple(int(x) for x in span) for span in offsets]
+
+
+@pytest.mark.parametrize("text", ALIGNMENT_TEXTS)
+def test_word_ids_and_offsets_match_reference(tok, ref, text):
+    ours = tok(text, return_offsets_mapping=True, return_word_ids=True)
+    theirs = ref(text, return_offsets_mapping=True)
+    assert ours["input_ids"] == theirs["input_ids"]
+    assert _alignment(ours) == _alignment(theirs)
+
+
+def test_word_ids_and_offsets_of_pairs_truncated_and_padded_match_reference(tok, ref):
+    firsts = ALIGNMENT_TEXTS[:3]
+    seconds = ["She walked along it at dawn.", "Où est-il ?", "tokenization " * 5]
+    for kwargs in [{}, {"padding": True}, {"padding": True, "truncation": True,
+                                           "max_length": 12}]:
+        ours = tok(firsts, seconds, return_offsets_mapping=True, return_word_ids=True, **kwargs)
+        theirs = ref(firsts, seconds, return_offsets_mapping=True, **kwargs)
+        for i in range(len(firsts)):
+            assert _alignment(ours, i) == _alignment(theirs, i), (i, kwargs)
+
+
+def test_word_ids_and_offsets_match_reference_on_the_corpus(tok, ref, corpus):
+    texts = [t for t in corpus[::7] if len(tok.tokenize(t)) <= 510]  # every 7th text
+    theirs = ref(texts, return_offsets_mapping=True)
+    ours = tok(texts, return_offsets_mapping=True, return_word_ids=True)
+    differ = [texts[i] for i in range(len(texts)) if _alignment(ours, i) != _alignment(theirs, i)]
+    assert not differ, f"{len(differ)} of {len(texts)} texts differ, e.g. {differ[:SHOWN]}"
+
+
+def test_offsets_point_at_the_original_characters(tiny):
+    # hand-worked: "The CAT, un-affable" -> the cat , un - aff ##able
+    text = "The CAT, un-affable"
+    enc = tiny(text, return_offsets_mapping=True, return_word_ids=True)
+    assert tiny.convert_ids_to_tokens(enc["input_ids"]) == [
+        "[CLS]", "the", "cat", ",", "un", "[UNK]", "aff", "##able", "[SEP]"]
+    assert enc.word_ids() == [None, 0, 1, 2, 3, 4, 5, 5, None]
+    spans = [text[s:e] for s, e in enc["offset_mapping"]]
+    assert spans == ["", "The", "CAT", ",", "un", "-", "aff", "able", ""]
+
+
+def test_word_ids_without_asking_raise(tiny):
+    with pytest.raises(ValueError, match="return_word_ids=True"):
+        tiny("the cat").word_ids()
+    with pytest.raises(ValueError, match="batch_index must be between 0 and 1"):
+        tiny(["a", "the"], return_word_ids=True).word_ids(2)
+
+
+def test_basic_tokenize_with_origins_gives_the_same_words():
+    from encoderlab.tokenizer import basic_tokenize_with_origins
+    for text in ALIGNMENT_TEXTS:
+        words = basic_tokenize_with_origins(text)
+        assert [w for w, _ in words] == basic_tokenize(text)
+        assert all(len(w) == len(o) for w, o in words)
+    assert basic_tokenize_with_origins("Ça va") == [("ca", [0, 1]), ("va", [3, 4])]

@@ -165,7 +165,7 @@ def test_gpu_results_table_and_figure():
 
     from encoderlab.course import plotting
 
-    assert bench.gpu_results_table([]).startswith("No GPU results are recorded yet")
+    assert bench.gpu_results_table([]).startswith("On a GPU of compute capability 8.0 or newer")
     table = bench.gpu_results_table([_record()]).splitlines()
     assert table[0] == ("Test GPU · torch 2.13.0 · Triton 3.9.0 · CUDA 12.8 · 2026-11-30 · "
                         "float16, 16 heads of 64, Triton tiles of 64")

@@ -69,5 +69,22 @@ def test_bench_gpu_masks_needs_a_gpu_or_the_interpreter():
 
 def test_gpu_mask_table_without_mask_rows_says_so():
     old = {"device": "Old GPU", "torch": "2.0", "triton": "3.0", "date": "2026-01-01", "rows": []}
-    assert bench.gpu_mask_table([]).startswith("No GPU run with per-mask timings")
-    assert bench.gpu_mask_table([old]).startswith("No GPU run with per-mask timings")
+    line = ("On a GPU of compute capability 8.0 or newer (an A100, an H100) this cell times the "
+            "course's Triton kernel under every mask of §4, with PyTorch's fused attention, on the "
+            "GPU's clock.")
+    assert bench.gpu_mask_table([]) == line  # a fact about what a GPU adds, not a placeholder
+    assert bench.gpu_mask_table([old]) == line
+
+
+def test_gpu_adds_and_cpu_skip_line_are_one_line_and_refuse_bad_input():
+    assert bench.gpu_adds("under a mask") == (
+        "On a GPU of compute capability 8.0 or newer (an A100, an H100) this cell times the "
+        "course's Triton kernel under a mask on the GPU's clock.")
+    with pytest.raises(ValueError, match="what must name the rows"):
+        bench.gpu_adds("  ")
+    assert bench.cpu_skip_line({4: 2.0, 1: 0.5}) == (
+        "Measured on this CPU, the tiled loop's time full / causal: 0.50 at n = 1, 2.00 at n = 4.")
+    with pytest.raises(ValueError, match="non-empty dict"):
+        bench.cpu_skip_line({})
+    with pytest.raises(ValueError, match="each n an int >= 1 and each ratio > 0"):
+        bench.cpu_skip_line({512: -1.0})

@@ -183,7 +183,9 @@ def test_a_simulated_t4_times_sdpa_alone_and_says_why_in_one_line(simulate, tmp_
         assert row["sdpa_full_ms"] == row["sdpa_causal_ms"] == FAKE_MS
         assert row["sdpa_speedup"] == 1.0 and row["flop_ratio"] == 2 * row["n"] / (row["n"] + 1)
     assert bench.sdpa_results_table(record).splitlines()[-1].split()[-2:] == ["flash,", "flash"]
-    assert "compute capability 8.0 or newer" in out[-2]
+    assert out[-1] == ("On a GPU of compute capability 8.0 or newer (an A100, an H100) this cell "
+                       "times the course's Triton kernel and PyTorch's fused attention, full "
+                       "against causal, in float16, on the GPU's clock.")
 
 
 def test_the_interpreter_is_refused(simulate, monkeypatch, tmp_path, capsys):
@@ -240,7 +242,14 @@ def test_no_cuda_shows_the_recorded_runs(monkeypatch, tmp_path, capsys):
     assert mode == "none" and line.startswith("No CUDA GPU")
     assert bench.lesson_gpu_rows(tmp_path) is None
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == line and out[-1].endswith("--gpu-record figures/data/gpu-attention.json")
+    assert out == [line, bench.gpu_adds()]  # no placeholder: what a GPU adds, in one line
+    assert not any("recorded yet" in o or "appear here" in o for o in out)
+    # the GPU cell of Lesson 3 shows what the CPU measured, then the one line
+    assert bench.lesson_gpu_rows(tmp_path, cpu_ratios={2048: 1.806, 512: 1.4}) is None
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ("Measured on this CPU, the tiled loop's time full / causal: 1.40 at n = 512, "
+                      "1.81 at n = 2048.")
+    assert len(out) == 3 and out[2].startswith("On a GPU of compute capability 8.0 or newer")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)  # no Triton
     mode, line = bench.gpu_mode()

@@ -44,6 +44,9 @@ def test_cosine_checker_accepts_correct_answers(fn, capsys):
         (lambda x: (x / x.norm(dim=1, keepdim=True)) @ x.T, "only one side"),
         (lambda x: x @ x.T / x.norm() ** 2, "norm of the whole matrix"),
         (lambda x: torch.cdist(x, x), "Euclidean distances"),
+        (lambda x: x @ x.T / (x.norm(dim=1) * x.norm(dim=1)), r"by \|x_j\|², one length"),
+        (lambda x: (x @ x.T) / (x.norm(dim=1, keepdim=True) * x.norm(dim=1, keepdim=True)),
+         r"by \|x_i\|², one length"),
         (lambda x: 1 - cosine_reference(x), "cosine distance 1 - cos"),
         (lambda x: (x.T / x.T.norm(dim=1, keepdim=True)) @ (x.T / x.T.norm(dim=1, keepdim=True)).T,
          r"pair of features \(columns\)"),
@@ -229,6 +232,36 @@ def test_check_batch_objective_refuses_changing_input_ids(both_passes):
     assert str(failure).startswith("your function changed input_ids in place.")
 
 
+def _inverted_sees(*case):  # PyTorch's attn_mask convention: True = hidden
+    inputs, labels, sees = batch_objective(*case)
+    return inputs, labels, ~sees
+
+
+def _strictly_lower(*case):  # "a position must not see itself"
+    inputs, labels, sees = batch_objective(*case)
+    if case[2] == "next-token":
+        n = sees.shape[-1]
+        sees = sees & torch.ones(n, n, dtype=torch.bool).tril(-1)
+    return inputs, labels, sees
+
+
+def test_check_batch_objective_names_the_mask_conventions(both_passes):
+    inverted = both_passes(check_batch_objective, _inverted_sees)
+    assert str(inverted).startswith("your sees is inverted: True where the query may *not*")
+    strict = both_passes(check_batch_objective, _strictly_lower)
+    assert str(strict).startswith("your next-token visibility leaves out the diagonal")
+    assert inverted.fix != strict.fix
+
+
+def test_check_batch_objective_refuses_float_labels(both_passes):
+    def float_labels(*case):
+        inputs, labels, sees = batch_objective(*case)
+        return inputs, labels.float(), sees
+
+    failure = both_passes(check_batch_objective, float_labels)
+    assert failure.diagnosis.startswith("your labels have dtype torch.float32") and failure.fix
+
+
 def test_labels_checker_refuses_float_labels(both_passes):
     def float_labels(input_ids, objective, masked_positions):
         return labels_reference(input_ids, objective, masked_positions).float()
@@ -267,3 +300,85 @@ def test_check_batch_objective_shapes_and_fallback():
                                           r"\[PAD\], key \1 is \[PAD\]\): yours True, expected "
                                           r"False\.\nFix: sees\[b, i, j\]"):
         check_batch_objective(pad_rows_see_everything, hint=True)
+
+
+# --- the diagnoses added after learners' wrong answers ------------------------------------------
+
+
+def test_labels_checker_names_tuple_indexing(both_passes):
+    def tuple_index(input_ids, objective, masked_positions):
+        labels = torch.full_like(input_ids, -100)
+        if objective == "next-token":
+            labels[:-1] = input_ids[1:]
+        else:
+            labels[masked_positions] = input_ids[masked_positions]  # a tuple: one index per dim
+        return labels
+
+    failure = both_passes(check_objective_labels, tuple_index)
+    assert "masked_positions=(4, 7)" in str(failure)
+    assert "one index per dimension" in str(failure) and "list(masked_positions)" in failure.fix
+
+
+def test_labels_checker_refuses_int32_labels(both_passes):
+    def int32_labels(input_ids, objective, masked_positions):
+        return labels_reference(input_ids, objective, masked_positions).to(torch.int32)
+
+    failure = both_passes(check_objective_labels, int32_labels)
+    assert failure.diagnosis.startswith("your labels have dtype torch.int32")
+    assert "torch.long" in failure.diagnosis
+
+
+def test_labels_checker_refuses_changing_input_ids(both_passes):
+    def aliasing(input_ids, objective, masked_positions):
+        right = labels_reference(input_ids, objective, masked_positions)
+        labels = input_ids  # no copy: the writes below land in the caller's ids
+        labels[:] = right
+        return labels
+
+    failure = both_passes(check_objective_labels, aliasing)
+    assert str(failure).startswith("your function changed input_ids in place.")
+
+
+def test_check_batch_objective_names_labels_read_after_corrupting(both_passes):
+    def labels_after_corrupting(input_ids, attention_mask, objective, chosen, mask_id):
+        inputs, labels, sees = batch_objective(input_ids, attention_mask, objective, chosen,
+                                               mask_id)
+        if objective == "masked":
+            labels = torch.full_like(input_ids, -100)
+            labels[chosen] = inputs[chosen]  # inputs already hold [MASK] there
+        return inputs, labels, sees
+
+    failure = both_passes(check_batch_objective, labels_after_corrupting)
+    assert str(failure).startswith("your masked-objective labels are mask_id")
+
+
+def test_check_batch_objective_names_pad_and_mask_ids_in_the_fallback():
+    def pad_label_at_the_end(*case):  # the last real token scored against [PAD], in one row only
+        inputs, labels, sees = batch_objective(*case)
+        labels = labels.clone()
+        if case[2] == "next-token":
+            lengths = case[1].sum(dim=1)
+            for row in (lengths < case[1].shape[1]).nonzero().flatten().tolist():  # padded rows
+                labels[row, int(lengths[row]) - 1] = 0  # and one [PAD] labelled with 7:
+                labels[row, int(lengths[row])] = 7  # no named mistake fits both
+        return inputs, labels, sees
+
+    with pytest.raises(CheckFailed, match=r"yours 0 \(\[PAD\]"):
+        check_batch_objective(pad_label_at_the_end)
+
+    def one_mask_label(*case):
+        inputs, labels, sees = batch_objective(*case)
+        labels = labels.clone()
+        if case[2] == "masked":
+            where = case[3].nonzero()[0]
+            labels[where[0], where[1]] = case[4]  # one label is mask_id
+        return inputs, labels, sees
+
+    with pytest.raises(CheckFailed, match=r"yours 103 \(mask_id"):
+        check_batch_objective(one_mask_label)
+
+
+def test_check_batch_objective_gives_the_nan_reason(both_passes):
+    failure = both_passes(check_batch_objective,
+                          lambda *case: batch_objective(*case, rows_too=True))
+    assert "NaN" in str(failure)

@@ -1,5 +1,6 @@
 """Lesson 2's checkers: check_wordpiece, check_wordpiece_merges and check_build_inputs."""
 
+import math
 import re
 
 import pytest
@@ -159,6 +160,20 @@ def build_too_few_types(ids_a, ids_b=None):
     return ids, types[:-1]
 
 
+def build_empty_b_as_none(ids_a, ids_b=None):  # `if ids_b:` where `is not None` is meant
+    ids, types = [101, *ids_a, 102], [0] * (len(ids_a) + 2)
+    if ids_b:
+        ids, types = ids + [*ids_b, 102], types + [1] * (len(ids_b) + 1)
+    return ids, types
+
+
+def build_without_final_sep(ids_a, ids_b=None):
+    ids, types = [101, *ids_a], [0] * (len(ids_a) + 1)
+    if ids_b is not None:
+        ids, types = ids + [102, *ids_b], types + [0] + [1] * len(ids_b)
+    return ids, types
+
+
 def test_build_inputs_checker_accepts_the_reference(capsys):
     assert check_build_inputs(build) is True
     assert "✓ [CLS]/[SEP] framing and segment ids (build)" in capsys.readouterr().out
@@ -174,6 +189,8 @@ def test_build_inputs_checker_accepts_the_reference(capsys):
         (build_segments_one_and_two, "segment ids are 1 and 2"),
         (build_swapped_outputs, "returns \\(token_type_ids, input_ids\\)"),
         (build_too_few_types, "one segment id per token"),
+        (build_empty_b_as_none, "an empty second text \\(ids_b=\\[\\]\\)"),
+        (build_without_final_sep, "does not end with \\[SEP\\]"),
         (lambda a, b=None: build(a, b)[0], "not a pair"),
     ],
 )
@@ -185,7 +202,7 @@ def test_build_inputs_checker_names_the_mistake(wrong, words, both_passes):
 
 
 def _learner_merges(counts, n_merges, score="likelihood", prefix="##", strip=True,
-                    recount=True, tie="smallest", weighted=True):
+                    recount=True, tie="smallest", weighted=True, fixed_total=False):
     """How a learner might write the loop, with one slip switched on at a time."""
     splits = {w: [c if i == 0 else prefix + c for i, c in enumerate(w)] for w in counts}
     merges = []
@@ -201,13 +218,20 @@ def _learner_merges(counts, n_merges, score="likelihood", prefix="##", strip=Tru
         return sym, pair
 
     sym, pair = count()
+    first_total = sum(sym.values())
     while len(merges) < n_merges:
         if recount:
             sym, pair = count()
         if not pair:
             break
-        scores = {p: c if score == "frequency" else c / (sym[p[0]] * sym[p[1]])
-                  for p, c in pair.items()}
+        total = first_total if fixed_total else sum(sym.values())  # N, the symbols in the text
+        if score == "frequency":
+            scores = dict(pair)
+        elif score == "ratio":
+            scores = {p: c / (sym[p[0]] * sym[p[1]]) for p, c in pair.items()}
+        else:  # the likelihood gain: count(a b) * log(count(a b) * N / (count(a) * count(b)))
+            scores = {p: c * math.log(c * total / (sym[p[0]] * sym[p[1]]))
+                      for p, c in pair.items()}
         if tie == "first":
             a, b = max(scores, key=scores.get)
         else:
@@ -230,6 +254,8 @@ def test_merges_reference_passes(capsys):
 
 @pytest.mark.parametrize("switch, message", [
     ({"score": "frequency"}, "BPE's score"),
+    ({"score": "ratio"}, "the Hugging Face course's ratio"),
+    ({"fixed_total": True}, "number of symbols before the first merge"),
     ({"prefix": ""}, "have no '##'"),
     ({"strip": False}, "keep the second symbol's '##'"),
     ({"recount": False}, "same pair again and again"),
@@ -243,11 +269,58 @@ def test_merges_mistakes_are_named(switch, message, both_passes):
     assert re.search(message, str(both_passes(check_wordpiece_merges, learner)))
 
 
+def _loop_with_score(score):
+    """A learner's merge loop that ranks pairs by ``score(count(a b), count(a), count(b), sym,
+    counts)``, ties to the smallest pair."""
+    def learner(counts, n_merges):
+        splits = {w: lv.split_word(w) for w in counts}
+        merges = []
+        while len(merges) < n_merges:
+            sym, pair = lv.count_symbols_and_pairs(splits, counts)
+            if not pair:
+                break
+            a, b = min(pair, key=lambda p: (-score(pair[p], sym[p[0]], sym[p[1]], sym, counts),
+                                            p))
+            splits = {w: lv.apply_merge(parts, a, b) for w, parts in splits.items()}
+            merges.append((a, b))
+        return merges
+    return learner
+
+
+def _pmi(n, n_a, n_b, sym, counts):  # log(p(a b) / (p(a) p(b))), probabilities first: no weight
+    total = sum(sym.values())
+    return math.log((n / total) / ((n_a / total) * (n_b / total)))
+
+
+def test_merges_pmi_is_named_as_the_ratio_even_where_rounding_breaks_a_tie(both_passes):
+    from encoderlab.course.checks.l02 import _merges_cases, _merges_variant
+
+    pmi = _loop_with_score(_pmi)
+    # Somewhere its rounding orders two exactly equal ratios differently from exact fractions.
+    assert any(pmi(dict(c), n) != _merges_variant(c, n, score="ratio")
+               for c, n in _merges_cases())
+    assert re.search("the PMI", str(both_passes(check_wordpiece_merges, pmi)))
+
+
+@pytest.mark.parametrize("wrong_n, message", [
+    (lambda sym, counts: len(sym), "number of distinct symbols"),  # 7 on the toy, not 113
+    (lambda sym, counts: sum(counts.values()), "number of words in the text"),  # 36
+    (lambda sym, counts: len(counts), "number of distinct words"),  # 5
+])
+def test_merges_wrong_n_is_named(wrong_n, message, both_passes):
+    def gain(n, n_a, n_b, sym, counts):
+        return n * math.log(n * wrong_n(sym, counts) / (n_a * n_b))
+
+    assert re.search(message, str(both_passes(check_wordpiece_merges, _loop_with_score(gain))))
+
+
 def test_merges_first_ranking_is_named():
     def first_ranking(counts, n_merges):
         splits = {w: lv.split_word(w) for w in counts}
         sym, pair = lv.count_symbols_and_pairs(splits, counts)
-        ranked = sorted(pair, key=lambda p: (-pair[p] / (sym[p[0]] * sym[p[1]]), p))
+        total = sum(sym.values())
+        ranked = sorted(pair, key=lambda p: (-pair[p] * math.log(
+            pair[p] * total / (sym[p[0]] * sym[p[1]])), p))
         return ranked[:n_merges]
 
     with pytest.raises(CheckFailed, match="follow the first ranking"):
@@ -264,7 +337,7 @@ def _merging(merge_word):
             sym, pair = lv.count_symbols_and_pairs(splits, counts)
             if not pair:
                 break
-            a, b = lv.best_pair(pair, sym)
+            a, b = lv.best_pair(pair, sym, "gain")
             for w, parts in splits.items():
                 splits[w] = merge_word(parts, a, b, lv.merged(a, b))
             merges.append((a, b))
@@ -307,33 +380,59 @@ def test_merges_applied_wrongly_are_named(merge_word, message, both_passes):
 def test_merges_new_cases_catch_the_overlap_and_the_repeat():
     # a ##a ##a ##a: ##a ##a (6/81) beats a ##a (3/309) and overlaps itself; from the left it
     # leaves a ##aa ##a. a ##b ##c ##b ##c holds ##b ##c twice.
-    assert lv.train_merges_plain({"aaaa": 3, "a": 100}, 1) == [("##a", "##a")]
+    assert lv.train_merges_plain({"aaaa": 3, "a": 100}, 1, "gain") == [("##a", "##a")]
     assert lv.apply_merge(lv.split_word("aaaa"), "##a", "##a") == ("a", "##aa", "##a")
-    assert lv.train_merges_plain({"abcbc": 5, "a": 40}, 1) == [("##b", "##c")]
+    assert lv.train_merges_plain({"abcbc": 5, "a": 40}, 1, "gain") == [("##b", "##c")]
 
 
-def test_merges_exact_tie_lost_to_rounding_is_explained(both_passes):
-    def two_divisions(counts, n_merges):  # n / a / b: the same score, rounded twice
+def test_merges_gain_written_as_a_sum_of_logs_passes(capsys):
+    def summed_logs(counts, n_merges):  # the same gain, its logs summed: ties can round apart
         splits = {w: lv.split_word(w) for w in counts}
         merges = []
         while len(merges) < n_merges:
             sym, pair = lv.count_symbols_and_pairs(splits, counts)
             if not pair:
                 break
-            a, b = min(pair, key=lambda p: (-(pair[p] / sym[p[0]] / sym[p[1]]), p))
+            log_n = math.log(sum(sym.values()))
+            a, b = min(pair, key=lambda p: (-pair[p] * (math.log(pair[p]) + log_n
+                                                        - math.log(sym[p[0]])
+                                                        - math.log(sym[p[1]])), p))
             splits = {w: lv.apply_merge(parts, a, b) for w, parts in splits.items()}
             merges.append((a, b))
         return merges
 
-    failure = both_passes(check_wordpiece_merges, two_divisions)
-    assert re.search(r"tie exactly \(score 12/\(17·12\) = 1/17; score 5/\(17·5\) = 1/17\)",
-                     str(failure))
-    assert "one division" in failure.fix
+    # On one case its rounding sends a tie the other way: ('##e', '##d') before ('##d', '##e'),
+    # whose gains are equal in exact arithmetic (the same count(a b), swapped count(a), count(b)).
+    from encoderlab.course.checks.l02 import _merges_cases
+
+    assert any(summed_logs(dict(c), n) != lv.train_merges_plain(c, n, "gain")
+               for c, n in _merges_cases())  # it differs from the reference somewhere
+    assert check_wordpiece_merges(summed_logs)
+    assert "correct on" in capsys.readouterr().out
+
+
+def test_merges_tie_between_identical_counts_still_goes_to_the_smallest_pair(both_passes):
+    def largest_on_ties(counts, n_merges):  # exact gains, but ties to the largest pair
+        splits = {w: lv.split_word(w) for w in counts}
+        merges = []
+        while len(merges) < n_merges:
+            sym, pair = lv.count_symbols_and_pairs(splits, counts)
+            if not pair:
+                break
+            total = sum(sym.values())
+            a, b = max(pair, key=lambda p: (pair[p] * math.log(
+                pair[p] * total / (sym[p[0]] * sym[p[1]])), p))
+            splits = {w: lv.apply_merge(parts, a, b) for w, parts in splits.items()}
+            merges.append((a, b))
+        return merges
+
+    failure = both_passes(check_wordpiece_merges, largest_on_ties)
+    assert re.search("ties go to the largest pair|tie exactly", str(failure))
 
 
 def test_merges_unknown_mistake_says_where():
     def one_off(counts, n_merges):  # right, except that the last merge is dropped
-        merges = lv.train_merges_plain(counts, n_merges)
+        merges = lv.train_merges_plain(counts, n_merges, "gain")
         return merges[:-1] if len(merges) > 3 else merges
 
     with pytest.raises(CheckFailed, match="you stop after"):

@@ -293,14 +293,16 @@ def _linear(x, params, name):
 def self_attention(x, attention_mask, params, n_heads, *, split_ok=True, merge_ok=True,
                    d_scale=False, rows=False, ignore_mask=False, project=True, as_stored=False,
                    biases=True, interleave_split=False, interleave_merge=False, softmax_dim=-1,
-                   no_scale=False, rows_and_keys=False, zero_after=False):
+                   no_scale=False, rows_and_keys=False, zero_after=False, inverted=False,
+                   n_scale=False, bias_o=True):
     """A learner's multi-head self-attention, written out with @; each keyword is one slip."""
     b, n, d = x.shape
     d_k = d // n_heads
 
     def linear(t, name):
         w = params[f"{name}.weight"]
-        return t @ (w if as_stored else w.T) + (params[f"{name}.bias"] if biases else 0)
+        with_bias = biases and (bias_o or name != "w_o")
+        return t @ (w if as_stored else w.T) + (params[f"{name}.bias"] if with_bias else 0)
 
     def split(t):
         if interleave_split:
@@ -311,11 +313,15 @@ def self_attention(x, attention_mask, params, n_heads, *, split_ok=True, merge_o
 
     q, k, v = (split(linear(x, name)) for name in ("w_q", "w_k", "w_v"))
     s = q @ k.transpose(-2, -1) / (1.0 if no_scale else math.sqrt(d if d_scale else d_k))
+    if n_scale:  # sqrt(n_kv) in place of sqrt(d_k)
+        s = s * math.sqrt(d_k) / math.sqrt(n)
     real = attention_mask.bool()
     if rows_and_keys:
         s = s.masked_fill(~(real[:, None, :, None] & real[:, None, None, :]), float("-inf"))
     elif not (ignore_mask or zero_after):
         hide = ~real[:, None, :, None] if rows else ~real[:, None, None, :]
+        if inverted:  # attention_mask == 1 read as "hide"
+            hide = real[:, None, None, :]
         s = s.masked_fill(hide, float("-inf"))
     a = torch.softmax(s, dim=softmax_dim)  # NaN rows when rows are hidden
     if zero_after:
@@ -414,6 +420,12 @@ def test_multi_head_attention_forbids_the_library(both_passes):
         ({"no_scale": True}, r"^your scores are not scaled"),
         ({"rows_and_keys": True}, r"^only your \[PAD\] query rows differ"),
         ({"zero_after": True}, r"^you zero the \[PAD\] keys' weights after the softmax"),
+        # the learner's plain reshape, (b, n, d) -> (b, h, n, d_k) and back, no transpose
+        ({"split_ok": False, "merge_ok": False}, r"^your heads are split and merged with a plain"),
+        ({"inverted": True}, r"^your padding mask is inverted: it hides the real tokens"),
+        ({"n_scale": True}, r"^you scale the scores by sqrt\(n\), the number of keys"),
+        ({"softmax_dim": 1}, r"^your softmax runs over the heads axis"),
+        ({"bias_o": False}, r"^your output projection leaves out its bias"),
     ],
 )
 def test_multi_head_attention_names_the_mistake(slip, words, both_passes):

@@ -15,7 +15,7 @@ from encoderlab.course.checks import (
     check_parameter_count,
 )
 from encoderlab.encoder import EncoderBlock, EncoderConfig, count_parameters
-from encoderlab.lessons import l04_inspect_stack as inspect_stack
+from encoderlab.lessons import l04_count as counting
 
 # --- check_parameter_count: wrong answers a learner might write --------------------------------
 
@@ -49,6 +49,10 @@ def _count(c, *, bias=1, ln=2, pos=True, seg=True, n_att=4, heads=False, d_ff=No
         (lambda c: _count(c, pooler=False), "forgot the pooler"),
         (lambda c: _count(c, pooler=True), "even when config.pooler is False"),
         (lambda c: _count(c, final=False), "forgot the final LayerNorm"),
+        (lambda c: _count(c) - (2 * c.d_model if c.norm == "pre" else 0),  # GPT-2 style
+         "dropped the LayerNorm after the embeddings for pre-LN"),
+        (lambda c: _count(c) - c.n_layers * 2 * c.d_model, "one LayerNorm per block"),
+        (lambda c: _count(c) - c.n_layers * c.d_model, "the bias of W_O"),
         (lambda c: _count(c, final=True), "post-LN stack too"),
         (lambda c: _count(c, blocks=1), "you count one block"),
         (lambda c: _count(c, emb=False), "count only the blocks"),
@@ -64,18 +68,23 @@ def test_parameter_count_names_the_mistake(wrong, words, both_passes):
 def test_parameter_count_accepts_the_reference_and_its_variants(capsys):
     assert check_parameter_count(count_parameters) is True
     assert "✓ parameter count" in capsys.readouterr().out
-    assert check_parameter_count(lambda c: sum(inspect_stack.parameter_breakdown(c).values()))
+    assert check_parameter_count(lambda c: sum(counting.parameter_breakdown(c).values()))
     assert check_parameter_count(lambda c: torch.tensor(count_parameters(c)))  # an int tensor
     assert check_parameter_count(lambda c: float(count_parameters(c)))  # a whole float
 
 
-def test_an_unknown_count_mistake_points_at_the_part_it_matches():
-    def no_embedding_layer_norm(c):  # a mistake with no entry of its own
+def test_a_missing_embedding_layer_norm_is_not_taken_for_the_segment_table():
+    # on MiniLM both are 2d = 768; a case with 3 segments tells them apart
+    def no_embedding_layer_norm(c):
         return count_parameters(c) - 2 * c.d_model
 
-    with pytest.raises(CheckFailed, match=r"short by 768\..*\nFix: .*parameter_breakdown"):
-        check_parameter_count(no_embedding_layer_norm, hint=True)
+    with pytest.raises(CheckFailed) as failed:
+        check_parameter_count(no_embedding_layer_norm)
+    message = str(failed.value)
+    assert "LayerNorm after the embeddings" in message and "segment" not in message
 
+
+def test_an_unknown_count_mistake_points_at_the_part_it_matches():
     def no_pooler_bias(c):
         return count_parameters(c) - (c.d_model if c.pooler else 0)
 
@@ -129,6 +138,8 @@ def layer_norm_reference(x, gain, bias, eps):
         (lambda x, g, b, e: _ln(x, g, b, e, correction=1), "unbiased one"),
         (lambda x, g, b, e: _ln(x, g, b, e, with_eps=False), "leave eps out"),
         (lambda x, g, b, e: _ln(x, g, b, e, eps_inside=False), "outside the square root"),
+        (lambda x, g, b, e: (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + e) * g + b,
+         "Annotated Transformer's LayerNorm"),  # unbiased std, eps outside
         (lambda x, g, b, e: (x - x.mean(-1, keepdim=True))
          / (x.var(-1, keepdim=True, correction=0) + e) * g + b, "divide by the variance"),
         (lambda x, g, b, e: x / (x.var(-1, keepdim=True, correction=0) + e).sqrt() * g + b,
@@ -188,7 +199,12 @@ def encoder_block(h, attention_mask, params, n_heads, eps, *, pre=False, add_aft
         return (x - mean) / (var + eps).sqrt() * params[f"{name}.weight"] + params[f"{name}.bias"]
 
     def attend(x):
-        mask = masks.padding(attention_mask) if padding else None
+        real = attention_mask.bool()
+        mask = {True: real[:, None, None, :],  # hide the [PAD] keys
+                False: None,
+                "queries": real[:, None, :, None],  # hides the [PAD] queries only
+                "inverted": ~real[:, None, None, :],  # True at [PAD]: key_padding_mask habit
+                "both": real[:, None, :, None] & real[:, None, None, :]}[padding]
         return attention(x, mask=mask)[0]
 
     def mlp(x):
@@ -231,6 +247,19 @@ def test_encoder_block_accepts_the_reference(capsys):
     assert check_encoder_block(with_f_layer_norm)
 
 
+def test_encoder_block_accepts_a_mask_that_also_hides_the_padding_queries():
+    # right on every real token; the [PAD] rows differ (or are NaN), and nothing reads them
+    def both(h, attention_mask, params, n_heads, eps):
+        return encoder_block(h, attention_mask, params, n_heads, eps, padding="both")
+
+    case = (torch.randn(2, 4, 8), torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]]))
+    params = EncoderBlock(EncoderConfig(vocab_size=8, d_model=8, n_heads=2, n_layers=1,
+                                        d_ff=32)).state_dict()
+    ours, right = both(*case, params, 2, 1e-12), encoder_block(*case, params, 2, 1e-12)
+    assert not torch.allclose(ours[1, 2:], right[1, 2:], equal_nan=True)  # [PAD] rows differ
+    assert check_encoder_block(both) is True
+
+
 def test_encoder_block_forbids_the_library_block(both_passes):
     def with_module(h, attention_mask, params, n_heads, eps):  # the library's block, returned
         d = h.shape[-1]
@@ -263,7 +292,9 @@ def test_encoder_block_forbids_the_library_block(both_passes):
         ({"attention_residual": False}, r"^the attention sub-layer has no residual"),
         ({"mlp_residual": False}, r"^the MLP sub-layer has no residual"),
         ({"swap_norms": True}, r"^your LayerNorms are swapped"),
-        ({"padding": False}, r"^your block ignores the attention_mask"),
+        ({"padding": False}, r"^your real tokens attend to the \[PAD\] keys"),
+        ({"padding": "queries"}, r"^your real tokens attend to the \[PAD\] keys"),
+        ({"padding": "inverted"}, r"^your padding mask is inverted"),
         ({"unbiased": True}, r"^your LayerNorm uses the unbiased variance"),
         ({"fixed_eps": 1e-5}, r"^your LayerNorms ignore the eps argument"),
         ({"fixed_eps": 1e-12}, r"^your LayerNorms ignore the eps argument"),

@@ -138,6 +138,46 @@ def test_check_masked_loss_names_the_mistake(wrong, message, both_passes):
     assert re.search(message, str(both_passes(check_masked_loss, wrong)))
 
 
+def test_check_masked_loss_names_the_class_axis_of_cross_entropy(both_passes):
+    def unflattened(logits, labels):  # (b, n, V) straight into cross_entropy: V must be dim 1
+        return F.cross_entropy(logits, labels, ignore_index=-100)
+
+    failure = both_passes(check_masked_loss, unflattened)
+    assert re.search(r"^cross_entropy raised on logits of shape \(2, 5, 7\)", str(failure))
+    assert "dimension 1 as the classes" in str(failure)
+    assert "flatten(0, 1)" in failure.fix and "transpose(1, 2)" in failure.fix
+
+
+@pytest.mark.parametrize("selected_first", [False, True])
+def test_check_masked_loss_names_log_softmax_over_the_wrong_axis(selected_first, both_passes):
+    def wrong_axis(logits, labels):
+        chosen = labels != -100
+        if not chosen.any():
+            return torch.tensor(0.0)
+        if selected_first:  # (m, V), normalised over the m chosen positions
+            log_p = torch.log_softmax(logits[chosen], dim=0)
+        else:  # (b, n, V), normalised over the sequences
+            log_p = torch.log_softmax(logits, dim=0)[chosen]
+        return -log_p.gather(1, labels[chosen][:, None]).mean()
+
+    failure = both_passes(check_masked_loss, wrong_axis)
+    assert re.search(r"^your log_softmax normalises over the wrong axis", str(failure))
+    assert "dim=-1" in failure.fix
+
+
+def test_check_masked_loss_names_log_softmax_over_the_positions(both_passes):
+    def over_positions(logits, labels):  # (b, n, V) normalised over dim=1, the n positions
+        chosen = labels != -100
+        if not chosen.any():
+            return torch.tensor(0.0)
+        log_p = torch.log_softmax(logits, dim=1)[chosen]
+        return -log_p.gather(1, labels[chosen][:, None]).mean()
+
+    failure = both_passes(check_masked_loss, over_positions)
+    assert re.search(r"^your log_softmax normalises over dim=1, the n positions", str(failure))
+    assert "dim=-1" in failure.fix
+
+
 def test_check_masked_loss_names_the_per_sequence_mean():
     def per_row(logits, labels):
         rows = [mlm_loss(lg[None], lb[None]) for lg, lb in zip(logits, labels, strict=True)
@@ -222,14 +262,28 @@ def test_check_fill_mask_names_the_mistake(slip, words, both_passes):
     assert re.search(words, str(failure)) and failure.fix
 
 
+def test_check_fill_mask_names_a_swapped_pair():
+    def swapped(*args):  # (probs, ids): topk's order, values first
+        ids, probs = fill_mask(*args)
+        return probs, ids
+
+    with pytest.raises(CheckFailed, match=r"^your pair is \(probabilities, ids\)") as failure:
+        check_fill_mask(swapped)
+    assert "special" not in str(failure.value)
+    with pytest.raises(CheckFailed, match=r"Fix: return \(ids, probs\) in that order"):
+        check_fill_mask(swapped, hint=True)
+
+
 def test_check_fill_mask_shapes_and_fallback():
     def first_mask_only(model, input_ids, attention_mask, mask_id, special_ids, k):
         ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
         return ids[:1], probs[:1]
 
-    def off_by_one_id(model, input_ids, attention_mask, mask_id, special_ids, k):
+    def last_guess_wrong(model, input_ids, attention_mask, mask_id, special_ids, k):
         ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
-        return ids + 1, probs
+        ids = ids.clone()
+        ids[:, -1] = torch.where(ids[:, -1] == 39, 38, 39)  # another ordinary id
+        return ids, probs
 
     def rounded(model, input_ids, attention_mask, mask_id, special_ids, k):
         ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
@@ -238,8 +292,21 @@ def test_check_fill_mask_shapes_and_fallback():
     with pytest.raises(CheckFailed, match=r"^your ids and probs have shapes .* \(m, k\) = "):
         check_fill_mask(first_mask_only)
     with pytest.raises(CheckFailed, match=r"^your top-k ids differ from the reference on case"):
-        check_fill_mask(off_by_one_id)
+        check_fill_mask(last_guess_wrong)
     with pytest.raises(CheckFailed, match=r"^your ids are right but your probabilities differ"):
         check_fill_mask(rounded)
     with pytest.raises(CheckFailed, match=r"\nFix: return \(ids, probs\)"):
         check_fill_mask(lambda *args: fill_mask(*args)[0], hint=True)
+
+
+def test_check_fill_mask_names_ids_read_from_a_slice(both_passes):
+    def sliced(model, input_ids, attention_mask, mask_id, special_ids, k):
+        rows, positions = (input_ids == mask_id).nonzero(as_tuple=True)
+        with torch.no_grad():
+            logits = model(input_ids, attention_mask)[rows, positions]  # (m, V)
+        top = torch.softmax(logits[:, 5:], dim=-1).topk(k, dim=-1)  # the 5 specials sliced off
+        return top.indices, top.values  # positions in the slice, not shifted back by 5
+
+    failure = both_passes(check_fill_mask, sliced)
+    assert re.search(r"^every id you return is 5 lower than the right one", str(failure))
+    assert "special id" not in str(failure) and "ids + 5" in failure.fix

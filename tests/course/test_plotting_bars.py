@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from encoderlab.course import plotting
 from encoderlab.encoder import EncoderConfig, count_parameters
-from encoderlab.lessons import l04_inspect_stack as inspect_stack
+from encoderlab.lessons import l04_count as counting
 
 matplotlib.use("Agg")  # headless: before any figure is drawn
 
@@ -76,8 +76,8 @@ def test_role_bars_use_the_key_colours_and_draw_the_reference_as_an_outline():
 
 
 def test_parameter_bars_show_shares_of_each_total():
-    small = inspect_stack.parameter_breakdown(EncoderConfig())
-    big = inspect_stack.parameter_breakdown(
+    small = counting.parameter_breakdown(EncoderConfig())
+    big = counting.parameter_breakdown(
         EncoderConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072, norm="pre")
     )
     ax = plotting.parameter_bars({"MiniLM": small, "BERT-base, pre-LN": big})

@@ -118,6 +118,9 @@ FIGURES = {
                                               torch.ones(3, 12, dtype=int), title="a batch"),
     "token_grid, long": lambda: plotting.token_grid([LONG_ROW] * 3, title="long rows",
                                                     row_labels=["NSP, IsNext (1)"] * 3),
+    "padded_batch_grid": lambda: plotting.padded_batch_grid(
+        [TOKENS_12[:7] + ["[PAD]"] * 5] * 3, torch.zeros(3, 12, dtype=int),
+        torch.tensor([[1] * 7 + [0] * 5] * 3), row_labels=["pair 0", "pair 1", "pair 2"]),
     "corruption_grid, long": lambda: plotting.corruption_grid(
         [LONG_ROW] * 4, [["plain", "mask", "random", "kept"] * 8] * 4,
         row_labels=["MLM (Lesson 5)", "whole-word", "span (SpanBERT)", "ELECTRA generator"]),

@@ -87,81 +87,95 @@ def test_table_lists_scattered_visible_positions():
     assert row.split()[-3:] == ["positions", "[0,", "2]"]
 
 
-# --- probes.group_separation and probes.sentence_vectors (Lesson 1, §4) ------------------------
+# --- probes.crossed_similarity (Lesson 1, §4) ---------------------------------------------------
 
 
-def test_group_separation_on_a_hand_made_matrix():
-    from encoderlab.lessons.l01_probes import group_separation
+def test_crossed_similarity_averages_each_cell_by_hand():
+    from encoderlab.lessons.l01_probes import crossed_similarity
 
+    # rows: (sense, topic) = (r, R), (r, R), (m, R), (r, M), (m, M)
     s = torch.tensor([
-        [1.0, 0.9, 0.5, 0.6],
-        [0.9, 1.0, 0.4, 0.7],
-        [0.5, 0.4, 1.0, 0.8],
-        [0.6, 0.7, 0.8, 1.0],
+        [1.0, 0.9, 0.5, 0.7, 0.2],
+        [0.9, 1.0, 0.6, 0.8, 0.3],
+        [0.5, 0.6, 1.0, 0.1, 0.4],
+        [0.7, 0.8, 0.1, 1.0, 0.0],
+        [0.2, 0.3, 0.4, 0.0, 1.0],
     ])
-    out = group_separation(s, ["a", "a", "b", "b"])
-    assert out["within"] == pytest.approx(0.85)  # (0.9 + 0.8) / 2
-    assert out["cross"] == pytest.approx(0.55)  # (0.5 + 0.6 + 0.4 + 0.7) / 4
-    assert out["gap"] == pytest.approx(0.30)
-    assert out["scaled_gap"] == pytest.approx(0.30 / 0.45)
-    assert (out["nearest"], out["n"]) == (4, 4)
-    # leaving out the pair (0, 1): row 0's nearest kept row is then row 3, of the other group
-    ignore = torch.zeros(4, 4, dtype=torch.bool)
-    ignore[0, 1] = ignore[1, 0] = True
-    out = group_separation(s, ["a", "a", "b", "b"], ignore=ignore)
-    assert out["within"] == pytest.approx(0.8)
-    assert (out["nearest"], out["n"]) == (2, 4)
-
-
-def test_scaled_gap_ignores_a_common_drift():
-    from encoderlab.lessons.l01_probes import group_separation
-
-    s = torch.tensor([[1.0, 0.8, 0.2], [0.8, 1.0, 0.4], [0.2, 0.4, 1.0]])
-    drifted = 0.5 + 0.5 * s  # every similarity pulled halfway to 1: the raw gap halves
-    a, b = (group_separation(m, ["x", "x", "y"]) for m in (s, drifted))
-    assert b["gap"] == pytest.approx(a["gap"] / 2)
-    assert b["scaled_gap"] == pytest.approx(a["scaled_gap"])
+    out = crossed_similarity(s, list("rrmrm"), list("RRRMM"))
+    assert out[(True, True)] == pytest.approx(0.9)  # (0, 1)
+    assert out[(True, False)] == pytest.approx((0.7 + 0.8 + 0.4) / 3)  # (0, 3) (1, 3) (2, 4)
+    assert out[(False, True)] == pytest.approx((0.5 + 0.6 + 0.0) / 3)  # (0, 2) (1, 2) (3, 4)
+    assert out[(False, False)] == pytest.approx((0.2 + 0.3 + 0.1) / 3)  # (0, 4) (1, 4) (2, 3)
+    assert len(out) == 4
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((torch.ones(2, 3), ["a", "b"]), "square"),
-        ((torch.eye(3), ["a", "b"]), "one group per row"),
-        ((torch.eye(3), ["a", "b", "c"]), "at least one same-group pair"),
-        ((torch.eye(2), ["a", "a"]), "different-group pair"),
-        ((torch.eye(3), ["a", "a", "b"], torch.ones(3, 3)), "boolean"),
-        ((torch.eye(3), ["a", "a", "b"], torch.ones(3, 3, dtype=torch.bool)), "ignore fewer"),
+        ((torch.ones(2, 3), ["a", "b"], ["x", "y"]), "square"),
+        ((torch.eye(3), ["a", "b"], ["x", "y", "z"]), "one group per row"),
+        ((torch.eye(3), ["a", "b", "a"], ["x", "y"]), "one topic per row"),
+        ((torch.eye(3), ["a", "a", "b"], ["x", "x", "x"]), "no pair has"),
     ],
 )
-def test_group_separation_errors(args, message):
-    from encoderlab.lessons.l01_probes import group_separation
+def test_crossed_similarity_errors(args, message):
+    from encoderlab.lessons.l01_probes import crossed_similarity
 
     with pytest.raises(ValueError, match=message):
-        group_separation(*args)
+        crossed_similarity(*args)
 
 
-def test_sentence_vectors_are_the_mean_over_all_tokens(minilm):
-    from encoderlab.lessons.l01_probes import sentence_vectors
-
-    tokenizer, model = minilm
-    texts = ["the bank of the river", "a loan from the bank"]
-    every = sentence_vectors(tokenizer, model, texts, layer=None)
-    assert every.shape == (model.config.n_layers + 1, 2, model.config.d_model)
-    for k, text in enumerate(texts):
-        with torch.no_grad():
-            out = model(**tokenizer([text], return_tensors="pt"))
-        expected = out.last_hidden_state[0].mean(dim=0)  # [CLS] and [SEP] included
-        torch.testing.assert_close(every[-1, k], expected)
-    torch.testing.assert_close(sentence_vectors(tokenizer, model, texts), every[-1])
-    torch.testing.assert_close(sentence_vectors(tokenizer, model, texts[0], layer=0), every[0, :1])
+# --- probes.crossed_effects (Lesson 1, §4) -----------------------------------------------------
 
 
-def test_sentence_vectors_errors(minilm):
-    from encoderlab.lessons.l01_probes import sentence_vectors
+def _design(seed=0):
+    """16 sentences, 4 per (sense, topic) cell, with a made-up similarity matrix."""
+    senses = ["r"] * 4 + ["l"] * 4 + ["l"] * 4 + ["r"] * 4
+    topics = ["W"] * 4 + ["M"] * 4 + ["W"] * 4 + ["M"] * 4
+    return senses, topics
 
-    tokenizer, model = minilm
-    with pytest.raises(ValueError, match="non-empty list of strings"):
-        sentence_vectors(tokenizer, model, [])
-    with pytest.raises(ValueError, match="layer must be an int from -7 to 6"):
-        sentence_vectors(tokenizer, model, ["a text"], layer=7)
+
+def test_crossed_effects_values_by_hand():
+    from encoderlab.lessons.l01_probes import crossed_effects
+
+    senses, topics = _design()
+    m = len(senses)
+    # similarity = 0.5 + 0.1 * same sense + 0.04 * same topic: effects 0.1 and 0.04 exactly
+    s = torch.tensor([[0.5 + 0.1 * (senses[i] == senses[j]) + 0.04 * (topics[i] == topics[j])
+                       for j in range(m)] for i in range(m)], dtype=torch.double)
+    out = crossed_effects(s, senses, topics, draws=50, seed=1)
+    assert out["sense"][0] == pytest.approx(0.1)
+    assert out["topic"][0] == pytest.approx(0.04)
+    assert out["sense - topic"][0] == pytest.approx(0.06)
+    # no noise: every resampling gives the same effects, so each interval is one point
+    for value, low, high in out.values():
+        assert low == pytest.approx(value) and high == pytest.approx(value)
+
+
+def test_crossed_effects_interval_covers_noise_and_is_seeded():
+    from encoderlab.lessons.l01_probes import crossed_effects
+
+    senses, topics = _design()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 8, generator=g)
+    s = torch.nn.functional.cosine_similarity(x[:, None], x[None, :], dim=-1)  # no structure
+    out = crossed_effects(s, senses, topics, draws=300, seed=3)
+    for _value, low, high in out.values():
+        assert low < high  # noise gives a spread
+    assert out == crossed_effects(s, senses, topics, draws=300, seed=3)
+    wide = crossed_effects(s, senses, topics, draws=300, level=0.99, seed=3)["sense"]
+    assert wide[2] - wide[1] >= out["sense"][2] - out["sense"][1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"draws": 0}, "draws must be a positive int"), ({"level": 1.5}, "0 < level < 1")],
+)
+def test_crossed_effects_errors(kwargs, message):
+    from encoderlab.lessons.l01_probes import crossed_effects
+
+    senses, topics = _design()
+    with pytest.raises(ValueError, match=message):
+        crossed_effects(torch.eye(16), senses, topics, **kwargs)
+    with pytest.raises(ValueError, match="one topic per row"):
+        crossed_effects(torch.eye(16), senses, topics[:-1])

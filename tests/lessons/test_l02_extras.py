@@ -3,19 +3,15 @@ the similarity and token-grid figures."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from tokenizer_corpus import build_corpus, build_pairs
+from tokenizer_corpus import build_corpus
 
+from encoderlab.lessons.l02_vocab import vocabulary_stats
 from encoderlab.tokenizer import (
-    CJK_RANGES,
     WordPieceTokenizer,
     basic_tokenize,
     basic_tokenize_steps,
     truncated_lengths,
-    vocabulary_stats,
 )
 
 TINY_VOCAB = [
@@ -97,37 +93,46 @@ def test_vocabulary_stats_rejects_non_string_tokens():
         vocabulary_stats(["[PAD]", 7])
 
 
-# --- what the lesson's prose says about the library and the test suite ------------------------
-
-LESSONS = Path(__file__).resolve().parents[2] / "lessons"
-LESSON = LESSONS / "02-tokenization-and-the-encoder-input.ipynb"
+# --- the truncation rule and the padded-batch figure (Lesson 2, §5 and §7) -------------------
 
 
-def lesson_markdown() -> str:
-    cells = json.loads(LESSON.read_text(encoding="utf-8"))["cells"]
-    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-
-
-def test_section_8_states_the_test_suites_counts():
-    """§8 cites how much the suite compares with the reference; the counts must stay true."""
-    # The code points of tests/core/test_tokenizer.py::test_every_code_point_matches_reference.
-    codes = list(range(0x20000)) + list(range(0xE0000, 0xE0200))
-    codes += list(range(0x20000, 0x110000, 97))
-    for first, last in CJK_RANGES:
-        codes += range(first - 2, first + 3)
-        codes += range(last - 2, last + 3)
-    n_codes = len({c for c in codes if not 0xD800 <= c <= 0xDFFF})
-    prose = " ".join(lesson_markdown().split())
-    assert f"{len(build_corpus(seed=0)):,} single texts" in prose
-    assert f"{len(build_pairs(seed=0)):,} pairs" in prose
-    assert f"{n_codes:,} code points" in prose
-
-
-def test_the_truncation_rule_the_lesson_states():
-    """§5: half each when the shorter text needs more than half; an odd budget's extra token goes
-    to the longer text, and on a tie to the second."""
+def test_the_truncation_rule_of_the_library():
+    """The reference's rule: half each when the shorter text needs more than half; an odd
+    budget's extra token goes to the longer text, and on a tie to the second."""
     assert truncated_lengths(100, 40, 125) == (85, 40)  # the shorter fits in half: kept whole
     assert truncated_lengths(100, 70, 125) == (63, 62)  # halves, the extra to the longer
     assert truncated_lengths(70, 100, 125) == (62, 63)
     assert truncated_lengths(156, 156, 61) == (30, 31)  # a tie: the extra to the second
     assert truncated_lengths(156, 156, 60) == (30, 30)
+
+
+def test_padded_batch_grid_draws_every_position_on_one_line():
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from encoderlab.course import plotting
+
+    tokens = [["[CLS]", "a", "[SEP]", "b", "[SEP]"], ["[CLS]", "a", "[SEP]", "[PAD]", "[PAD]"]]
+    segments = [[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]
+    attention_mask = [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    ax = plotting.padded_batch_grid(tokens, segments, attention_mask, row_labels=["x", "y"])
+    pads = [p for p in ax.patches if p.get_gid() == "padding"]
+    real = [p for p in ax.patches if p.get_gid() == "token"]
+    assert len(pads) == 2 and len(real) == 8
+    assert {p.get_xy() for p in pads} == {(2.5, 0.5), (3.5, 0.5)}  # row 1, positions 3 and 4
+    seg_1 = matplotlib.colors.to_rgba(plotting.SEGMENT_COLORS[1])
+    assert sum(p.get_facecolor() == seg_1 for p in real) == 2
+    assert ax.get_xlim() == (-0.5, 4.5)  # one line: all five positions side by side
+    assert ax.figure.get_figwidth() == pytest.approx(plotting.MAX_FIGURE_WIDTH)
+    plt.close(ax.figure)
+
+
+def test_padded_batch_grid_errors():
+    from encoderlab.course import plotting
+
+    with pytest.raises(ValueError, match="equally long, non-empty rows"):
+        plotting.padded_batch_grid([["a"], ["a", "b"]], [[0], [0, 0]], [[1], [1, 1]])
+    with pytest.raises(ValueError, match="too narrow for a token of 30 characters"):
+        plotting.padded_batch_grid([["x" * 30] * 12], [[0] * 12], [[1] * 12])
+    with pytest.raises(ValueError, match="row_labels must name 1 rows"):
+        plotting.padded_batch_grid([["a"]], [[0]], [[1]], row_labels=["x", "y"])

@@ -117,3 +117,92 @@ def test_min_count_keeps_rare_pairs_out():
     assert lv.train_merges_plain(TOY, 2, "ratio", min_count=6) == expected
     assert lv.train_merges(TOY, 2, "ratio", min_count=6) == expected
     assert lv.train_merges(TOY, 50, "frequency", min_count=30) == []  # no pair is that common
+
+
+def test_gain_ties_are_exact_whatever_the_order_of_the_factors():
+    # ##d ##e and ##e ##d: the same count (4 each) and the same product count(##d) * count(##e),
+    # so the same gain; summed logs in two orders can round apart, the rule picks ('##d', '##e').
+    symbols = {"a": 4, "##d": 8, "##e": 8, "##x": 3}
+    pairs = {("##d", "##e"): 4, ("##e", "##d"): 4, ("a", "##x"): 1}
+    n = sum(symbols.values())
+    expected_gain = 4 * math.log(4 * n / 64)
+    assert lv.pair_score(4, 8, 8, n, "gain") == pytest.approx(expected_gain)
+    assert lv.best_pair(pairs, symbols, "gain") == ("##d", "##e")
+
+
+def test_score_table_by_hand():
+    # hug 10, hugs 5: h 15, ##u 15, ##g 15, ##s 5, N = 50; h ##u and ##u ##g 15 each, ##g ##s 5.
+    table = lv.score_table({"hug": 10, "hugs": 5}, per_line=2).splitlines()
+    assert table[0] == "symbol counts: h 15, ##u 15, ##g 15, ##s 5; N = 50"
+    gain_15, gain_5 = 15 * math.log(15 * 50 / 225), 5 * math.log(5 * 50 / 75)
+    assert table[1] == (f"pairs (count, gain): h ##u (15, {gain_15:.1f}) · "
+                        f"##u ##g (15, {gain_15:.1f})")
+    assert table[2] == " " * len("pairs (count, gain): ") + f"##g ##s (5, {gain_5:.1f})"
+    assert len(lv.score_table({"hug": 10, "hugs": 5}).splitlines()) == 2  # 3 to a line
+    with pytest.raises(ValueError, match="counts is empty"):
+        lv.score_table({})
+    with pytest.raises(ValueError, match="per_line"):
+        lv.score_table({"hug": 1}, per_line=0)
+
+
+def test_error_of_names_the_exception_and_its_message():
+    def too_long(n, limit=512):
+        if n > limit:
+            raise ValueError(f"{n} > {limit}")
+
+    assert lv.error_of(too_long, 513) == "ValueError: 513 > 512"
+    assert lv.error_of(too_long, 10, limit=5) == "ValueError: 10 > 5"
+    assert lv.error_of(too_long, 3) == "no error"
+    assert lv.error_of(lambda: [][1]) == "IndexError: list index out of range"
+    with pytest.raises(ValueError, match="something to call"):
+        lv.error_of("not a function")
+
+
+def test_unigram_log_likelihood_by_hand():
+    # Alphabet only (no merges): "ab" -> a ##b. Training "ab" x2: a 2, ##b 2; V = 2, so
+    # p = (2 + 1) / (4 + 2) = 1/2 each. Held-out "ab" x1: 2 log(1/2) per word.
+    vocab = lv.train_vocabulary({"ab": 2}, 2, "frequency")
+    assert lv.unigram_log_likelihood({"ab": 2}, {"ab": 1}, vocab) == pytest.approx(
+        2 * math.log(0.5))
+    # With the merge a ##b: V = 3, training ab 2 -> p(ab) = 3/5; held-out "ab" costs log(3/5).
+    merged_vocab = lv.train_vocabulary({"ab": 2}, 3, "frequency")
+    assert lv.unigram_log_likelihood({"ab": 2}, {"ab": 1}, merged_vocab) == pytest.approx(
+        math.log(3 / 5))
+    with pytest.raises(ValueError, match="must both hold words"):
+        lv.unigram_log_likelihood({}, {"ab": 1}, vocab)
+
+
+def test_compare_with_reference_counts_calls_and_names_a_difference():
+    class Fake:  # a stand-in tokenizer: fixed fields, word ids and offsets
+        def __init__(self, ids):
+            self.ids = ids
+
+        def __call__(self, text, **kwargs):
+            fake = self
+
+            class Out(dict):
+                def word_ids(self, r=0):
+                    return [None, 0, None]
+
+            return Out(input_ids=fake.ids, token_type_ids=[0, 0, 0], attention_mask=[1, 1, 1],
+                       offset_mapping=[(0, 0), (0, 2), (0, 0)])
+
+    calls = [(("hi",), {}), (("ho",), {})]
+    assert lv.compare_with_reference(Fake([101, 7, 102]), Fake([101, 7, 102]), calls) == 2
+    with pytest.raises(AssertionError, match="input_ids"):
+        lv.compare_with_reference(Fake([101, 7, 102]), Fake([101, 8, 102]), calls)
+    with pytest.raises(ValueError, match="calls is empty"):
+        lv.compare_with_reference(Fake([1]), Fake([1]), [])
+
+
+def test_compare_vocabularies_rows_by_hand():
+    # Corpus "ab" x3, "a" x1; BPE at size 3 (a, ##b, ab): "ab" is one piece, "a" one piece.
+    trained = {"BPE": lv.train_vocabulary({"ab": 3, "a": 1}, 3, "frequency")}
+    rows = lv.compare_vocabularies(trained, {"ab": 3, "a": 1}, {"ab": 1, "a": 1}, [2, 3])
+    assert rows["BPE, pieces per word"] == [1.5, 1.0]  # size 2: a ##b and a; size 3: ab and a
+    assert rows["BPE's vocabulary, split greedily"] == [1.5, 1.0]
+    # size 3: training pieces ab 3, a 1, N = 4, V = 3: p(ab) = 4/7, p(a) = 2/7.
+    assert rows["BPE, log-likelihood per word"][1] == pytest.approx(
+        (math.log(4 / 7) + math.log(2 / 7)) / 2)
+    with pytest.raises(ValueError, match="at least one"):
+        lv.compare_vocabularies({}, {"a": 1}, {"a": 1}, [2])

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from encoderlab.encoder import EncoderConfig, EncoderModel, count_parameters
-from encoderlab.heads import TinyLM
+from encoderlab.lessons import l04_count as counting
 from encoderlab.lessons import l04_inspect_stack as ins
 
 
@@ -38,19 +38,19 @@ def test_breakdown_sums_to_the_count_and_matches_the_modules(
     config = EncoderConfig(vocab_size=vocab, d_model=d_k * n_heads, n_heads=n_heads,
                            n_layers=n_layers, d_ff=d_ff, n_max=n_max, n_segments=n_segments,
                            norm=norm, pooler=pooler)
-    parts = ins.parameter_breakdown(config)
+    parts = counting.parameter_breakdown(config)
     assert sum(parts.values()) == count_parameters(config)
-    assert list(parts) == [p for p in ins.PARTS if p in parts]  # the table's order
+    assert list(parts) == [p for p in counting.PARTS if p in parts]  # the table's order
     assert ("final LayerNorm" in parts) == (norm == "pre")
     assert ("pooler" in parts) == pooler
-    model_parts = ins.model_breakdown(EncoderModel(config))
+    model_parts = counting.model_breakdown(EncoderModel(config))
     assert model_parts == {k: v for k, v in parts.items() if v}
 
 
 def test_bert_base_is_the_well_known_110m():
     bert_base = EncoderConfig(vocab_size=30522, d_model=768, n_heads=12, n_layers=12,
                               d_ff=3072, n_max=512)
-    parts = ins.parameter_breakdown(bert_base)
+    parts = counting.parameter_breakdown(bert_base)
     assert sum(parts.values()) == count_parameters(bert_base) == 109_482_240
     assert parts["token embeddings"] == 30522 * 768
     assert parts["attention"] == 12 * 4 * (768 * 768 + 768)
@@ -59,23 +59,23 @@ def test_bert_base_is_the_well_known_110m():
 
 def test_part_of_names_every_parameter_and_refuses_others():
     model = EncoderModel(tiny(norm="pre"))
-    assert {ins.part_of(name) for name, _ in model.named_parameters()} == set(ins.PARTS)
-    assert ins.part_of("blocks.1.mlp.w_2.bias") == "MLP"
+    assert {counting.part_of(name) for name, _ in model.named_parameters()} == set(counting.PARTS)
+    assert counting.part_of("blocks.1.mlp.w_2.bias") == "MLP"
     with pytest.raises(ValueError, match=r"not a parameter name of encoderlab's EncoderModel"):
-        ins.part_of("encoder.layer.0.attention.self.query.weight")
+        counting.part_of("encoder.layer.0.attention.self.query.weight")
 
 
 def test_breakdown_refuses_a_non_config():
     with pytest.raises(ValueError, match="needs an EncoderConfig, got dict"):
-        ins.parameter_breakdown({"d_model": 32})
+        counting.parameter_breakdown({"d_model": 32})
 
 
 def test_the_real_checkpoint_matches_the_formula_part_by_part(minilm):
     _, model = minilm
-    total = ins.checkpoint_parameter_count()
+    total = counting.checkpoint_parameter_count()
     assert total == count_parameters(model.config) == 22_713_216
-    assert ins.checkpoint_breakdown() == ins.parameter_breakdown(model.config)
-    assert ins.model_breakdown(model) == ins.parameter_breakdown(model.config)
+    assert counting.checkpoint_breakdown() == counting.parameter_breakdown(model.config)
+    assert counting.model_breakdown(model) == counting.parameter_breakdown(model.config)
 
 
 # --- Attention mass on chosen tokens ----------------------------------------------------------
@@ -274,68 +274,6 @@ def test_layer_to_layer_similarity():
 # --- Initialisation and gradient norms ----------------------------------------------------------
 
 
-def test_initialise_schemes():
-    torch.manual_seed(0)
-    model = ins.initialise(EncoderModel(tiny()), "xavier")
-    w = model.blocks[0].mlp.w_1.weight  # (64, 32)
-    assert w.abs().max() <= math.sqrt(6 / (32 + 64)) and model.blocks[0].mlp.w_1.bias.eq(0).all()
-    torch.manual_seed(0)
-    model = ins.initialise(EncoderModel(tiny(d_model=256)), "bert")
-    assert abs(model.blocks[0].attention.w_q.weight.std().item() - 0.02) < 1e-3
-    assert abs(model.embeddings.token.weight.std().item() - 0.02) < 2e-3
-    with pytest.raises(ValueError, match="scheme must be 'xavier' or 'bert', got 'kaiming'"):
-        ins.initialise(model, "kaiming")
-
-
-def test_gradient_norms_equal_backward_and_leave_grad_alone():
-    torch.manual_seed(0)
-    model = EncoderModel(tiny(n_layers=3))
-    ids = torch.randint(0, 50, (2, 6))
-    loss = model(ids).last_hidden_state.pow(3).mean()
-    norms = ins.gradient_norms_by_layer(model, loss)
-    assert len(norms) == 3 and all(p.grad is None for p in model.parameters())
-    loss.backward()  # the graph was kept
-    for norm, block in zip(norms, model.blocks):
-        by_hand = math.sqrt(sum(p.grad.pow(2).sum().item() for p in block.parameters()))
-        assert math.isclose(norm, by_hand, rel_tol=1e-5)
-
-
-def test_gradient_norms_of_one_named_parameter():
-    torch.manual_seed(0)
-    model = EncoderModel(tiny(n_layers=3))
-    ids = torch.randint(0, 50, (2, 6))
-    loss = model(ids).last_hidden_state.pow(3).mean()
-    norms = ins.gradient_norms_by_layer(model, loss, parameter="mlp.w_2.weight")
-    everything = ins.gradient_norms_by_layer(model, loss)
-    loss.backward()
-    for norm, total, block in zip(norms, everything, model.blocks):
-        assert math.isclose(norm, block.mlp.w_2.weight.grad.norm().item(), rel_tol=1e-5)
-        assert norm < total  # one matrix is part of the whole block
-    with pytest.raises(ValueError, match="parameter must name one parameter of a block"):
-        ins.gradient_norms_by_layer(model, model(ids).last_hidden_state.mean(), "mlp.w_9.weight")
-
-
-def test_gradient_norms_of_a_tiny_lm():
-    torch.manual_seed(0)
-    lm = TinyLM(tiny(n_layers=2), causal=False)
-    ids = torch.randint(0, 50, (2, 6))
-    norms = ins.gradient_norms_by_layer(lm, lm(ids).logsumexp(-1).mean())
-    assert len(norms) == 2 and all(n > 0 for n in norms)
-
-
-def test_gradient_norms_errors():
-    model = EncoderModel(tiny())
-    ids = torch.randint(0, 50, (2, 6))
-    with torch.no_grad():
-        frozen = model(ids).last_hidden_state.mean()
-    with pytest.raises(ValueError, match="no gradient graph"):
-        ins.gradient_norms_by_layer(model, frozen)
-    with pytest.raises(ValueError, match=r"scalar tensor \(0-d\), got \(2, 6, 32\)"):
-        ins.gradient_norms_by_layer(model, model(ids).last_hidden_state)
-    with pytest.raises(ValueError, match="has neither"):
-        ins.gradient_norms_by_layer(torch.nn.Linear(2, 2), frozen)
-
-
 # --- The real model ------------------------------------------------------------------------------
 
 
@@ -420,18 +358,155 @@ def test_block_without_residual_drops_the_identity_path():
         ins.block_without_residual(EncoderModel(tiny(norm="pre")).blocks[0], h)
 
 
-def test_flops_per_layer_match_a_flop_counter():
-    from torch.utils.flop_counter import FlopCounterMode
 
-    config = tiny()
-    block = EncoderModel(config).eval().blocks[0]
-    n = 9
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        block(torch.randn(1, n, 32))
-    assert counter.get_total_flops() == sum(ins.flops_per_layer(config, n).values())
-    crossing = ins.attention_crossover(config)  # 2d + d_ff
-    assert crossing == 2 * 32 + 64
-    f = ins.flops_per_layer(config, crossing)
-    assert f["attention"] == f["projections"] + f["MLP"]
-    with pytest.raises(ValueError, match="int >= 1"):
-        ins.flops_per_layer(config, 0)
+
+# --- Lesson 4's compact tables and the [CLS] interventions ---------------------------------------
+
+
+def test_residual_similarity_separates_the_identity_path_from_the_baseline():
+    torch.manual_seed(0)
+    model = EncoderModel(tiny(n_layers=3)).eval()
+    ids = torch.randint(3, 50, (2, 6))
+    am = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])
+    with torch.no_grad():
+        out = model(ids, attention_mask=am)
+    table = ins.residual_similarity(model.blocks, out.hidden_states, am)
+    assert set(table) == {"with the residual", "residual removed", "other positions"}
+    assert all(t.shape == (3,) for t in table.values())
+    # by hand for block 2 of sentence 0, which has no padding
+    by_hand = [torch.nn.functional.cosine_similarity(out.hidden_states[1][k, i],
+                                                     out.hidden_states[2][k, i], dim=0)
+               for k in range(2) for i in range(6) if am[k, i]]
+    assert torch.allclose(table["with the residual"][1], torch.stack(by_hand).mean(), atol=1e-6)
+    assert (table["with the residual"] > table["residual removed"]).all()
+    with pytest.raises(ValueError, match="L \\+ 1"):
+        ins.residual_similarity(model.blocks, out.hidden_states[:2], am)
+
+
+def test_parameter_table_lists_counts_shares_total_and_one_block():
+    bert_base = EncoderConfig(d_model=768, n_heads=12, n_layers=12, d_ff=3072)
+    text = counting.parameter_table({"small": tiny(norm="pre"), "BERT-base": bert_base})
+    lines = text.splitlines()
+    assert lines[0].split() == ["part", "small", "BERT-base"]
+    total = next(line for line in lines if line.startswith("total")).split()
+    assert total[1:] == [f"{count_parameters(tiny(norm='pre')):,}", "109,482,240"]
+    one_block = next(line for line in lines if line.startswith("one block")).split()
+    assert one_block[-1] == f"{12 * 768**2 + 13 * 768:,}"  # 12 d^2 + 13 d
+    final = next(line for line in lines if line.startswith("final LayerNorm")).split()
+    assert final[2:] == ["64", f"{100 * 64 / count_parameters(tiny(norm='pre')):.1f}%", "0",
+                         "0.0%"]  # only the pre-LN model has one
+    token = next(line for line in lines if line.startswith("token embeddings")).split()
+    assert token[-1] == "21.4%"
+    with pytest.raises(ValueError, match="EncoderConfig"):
+        counting.parameter_table({"x": 3})
+
+
+def test_contributions_by_layer_match_weights_and_value_norms():
+    torch.manual_seed(0)
+    model = EncoderModel(tiny()).eval()
+    ids = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
+    am = (ids != 0).long()
+    with torch.no_grad():
+        out = model(ids, attention_mask=am, output_attentions=True)
+    got = ins.contributions_by_layer(model, out.hidden_states, out.attentions, ids, 1, am)
+    assert all(t.shape == (2,) for t in got.values())
+    weight = ins.attention_to_tokens(out.attentions, ids, 1, am).mean(dim=1)
+    assert torch.allclose(got["weight"], weight)
+    # ||f_k(h_[CLS])|| of layer 1 by hand: the value of position 0 through head k's rows of W_O
+    mha, h = model.blocks[0].attention, out.hidden_states[0]
+    with torch.no_grad():
+        v = mha.w_v(h).view(2, 5, 4, 8)[:, 0]  # (b, heads, d_k) at position 0
+        f = torch.einsum("bkc,kcd->bkd", v, mha.w_o.weight.T.reshape(4, 8, 32))
+    assert torch.allclose(got["|f(token)|"][0], f.norm(dim=-1).mean(), atol=1e-5)
+    assert ((got["share added"] >= 0) & (got["share added"] <= 1)).all()
+    with pytest.raises(ValueError, match="hidden states"):
+        ins.contributions_by_layer(model, out.hidden_states[:2], out.attentions, ids, 1, am)
+
+
+def test_values_zeroed_keeps_the_weights_and_fetches_nothing_from_those_keys():
+    torch.manual_seed(0)
+    model = EncoderModel(tiny()).eval()
+    ids = torch.tensor([[1, 5, 6, 7, 2]])
+    where = ids == 1
+    with torch.no_grad():
+        before = model(ids, output_attentions=True)
+        with ins.values_zeroed(model, where):
+            first = model.blocks[0].attention.w_v(before.hidden_states[0])  # (1, n, d)
+            zeroed = model(ids, output_attentions=True)
+        after = model(ids, output_attentions=True)
+    assert (first[0, 0] == 0).all() and (first[0, 1:] != 0).any()
+    assert torch.equal(zeroed.attentions[0], before.attentions[0])  # same weights in layer 1
+    assert not torch.allclose(zeroed.last_hidden_state, before.last_hidden_state)
+    assert torch.equal(after.last_hidden_state, before.last_hidden_state)  # hooks removed
+    with pytest.raises(ValueError, match="bool"):
+        with ins.values_zeroed(model, ids):
+            pass
+
+
+def test_sink_interventions_on_a_tiny_model():
+    torch.manual_seed(0)
+    model = EncoderModel(tiny()).eval()
+    ids = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
+    batch = {"input_ids": ids, "attention_mask": (ids != 0).long()}
+    got = ins.sink_interventions(model, batch, cls_id=1, sep_id=2)
+    assert list(got) == ["hide [CLS] as a key", "zero [CLS]'s value", "zero every word's value",
+                         "hide [SEP] as a key", "different sentences"]
+    assert all(t.shape == (2,) and (t <= 1 + 1e-6).all() for t in got.values())
+    with torch.no_grad():  # the baseline by hand: with two sentences, both get their pair's cosine
+        a, b = ins.mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
+    pair = torch.dot(a, b) / (a.norm() * b.norm())
+    assert torch.allclose(got["different sentences"], pair.expand(2), atol=1e-6)
+    with pytest.raises(ValueError, match="at least 2"):
+        ins.sink_interventions(model, {k: v[:1] for k, v in batch.items()}, cls_id=1, sep_id=2)
+    with torch.no_grad():  # the second entry by hand, with an explicit hook-free computation
+        base = ins.mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
+        with ins.values_zeroed(model, ids == 1):
+            moved = ins.mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
+    assert torch.allclose(got["zero [CLS]'s value"], torch.cosine_similarity(moved, base))
+
+
+def test_the_cls_value_does_not_matter_in_minilm(minilm):
+    tokenizer, model = minilm
+    batch = tokenizer(["The bank raised its rates.", "We sat on the river bank at dawn."],
+                      padding=True, return_tensors="pt")
+    got = ins.sink_interventions(model, batch, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    assert got["zero [CLS]'s value"].min() > 0.98  # what [CLS] supplies: almost nothing
+    assert got["hide [CLS] as a key"].max() < 0.9  # where the weight goes: a lot
+
+
+def test_reference_gaps_are_zero_on_minilm(minilm):
+    pytest.importorskip("transformers")
+    tokenizer, model = minilm
+    batch = tokenizer(["The bank raised its rates.", "Paris."], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = model(**batch, output_attentions=True)
+    gaps = counting.reference_gaps(ours, batch)
+    assert set(gaps) == {"hidden states", "attentions", "pooler"}
+    assert max(gaps.values()) <= 1e-5
+    with torch.no_grad():
+        wrong = model(**tokenizer(["Paris.", "The bank raised its rates."], padding=True,
+                                  return_tensors="pt"), output_attentions=True)
+    assert counting.reference_gaps(wrong, batch)["hidden states"] > 0.1  # another batch: far off
+    with pytest.raises(ValueError, match="output_attentions"):
+        counting.reference_gaps(model(**batch), batch)
+
+
+def test_summary_by_depth_matches_the_functions_it_gathers():
+    torch.manual_seed(0)
+    model = EncoderModel(tiny()).eval()
+    ids = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
+    am = (ids != 0).long()
+    with torch.no_grad():
+        out = model(ids, attention_mask=am)
+    rows = ins.summary_by_depth(out.hidden_states, ids, am, cls_id=1, sep_id=2)
+    assert all(t.shape == (3,) for t in rows.values())
+    assert torch.allclose(rows["[CLS] vs sentence mean"],
+                          ins.cls_similarity_by_depth(out.hidden_states, am))
+    assert torch.allclose(rows["[CLS] across sentences"],
+                          ins.similarity_across_sequences(out.hidden_states), atol=1e-6)
+    # one word per sentence at depth 0, by hand: the mean over words of cos(word, mean of others)
+    sim = ins.similarity_to_mean(out.hidden_states, am)[0]
+    by_hand = torch.stack([sim[0, 1], sim[0, 2], sim[0, 3], sim[1, 1], sim[1, 2]]).mean()
+    assert torch.isclose(rows["word vs sentence mean"][0], by_hand)
+    with pytest.raises(ValueError, match="no word tokens"):
+        ins.summary_by_depth(out.hidden_states, torch.tensor([[1, 2, 2, 2, 2]] * 2), None, 1, 2)

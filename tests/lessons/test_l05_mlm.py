@@ -1,4 +1,4 @@
-"""Lesson 5: the corpus, the tiny encoder and its causal twin, blanks, recipes (MLM corruption
+"""Lesson 5: the corpus, the tiny encoder, blanks read whole or cut, recipes (MLM corruption
 and its loss: tests/core/test_objectives.py)."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import torch
 
 from encoderlab.course import stats
 from encoderlab.heads import TinyLM
+from encoderlab.lessons import l05_blanks as fills
 from encoderlab.lessons import l05_mlm as mlm
 from encoderlab.objectives import (
     IGNORE_INDEX,
     mlm_corrupt,
     mlm_loss,
     mlm_model_loss,
-    next_token_loss,
 )
 
 SPECIALS = (0, 1, 2, 3, 4)  # [PAD] [UNK] [CLS] [SEP] [MASK]
@@ -96,19 +96,37 @@ def test_mlm_model_loss_equals_mlm_loss_on_the_full_logits():
     assert mlm_model_loss(model, only_specials, torch.ones_like(only_specials), nothing)[0] == 0
 
 
-def test_train_tiny_lm_runs_both_objectives_from_the_same_start(data):
-    models = {}
-    for objective in mlm.OBJECTIVES:
-        model, history = mlm.train_tiny_lm(data, objective, steps=3, progress=False, n_layers=1)
-        assert len(history) == 3 and all(math.isfinite(x) for x in history)
-        assert model.causal == (objective == "next-token") and not model.training
-        models[objective] = model
-    with pytest.raises(ValueError, match="objective must be one of"):
-        mlm.train_tiny_lm(data, "causal", steps=1)
+def test_train_tiny_lm_trains_a_bidirectional_model(data):
+    model, history = mlm.train_tiny_lm(data, steps=3, progress=False, n_layers=1)
+    assert len(history) == 3 and all(math.isfinite(x) for x in history)
+    assert not model.causal and not model.training
+
+
+def test_cut_at_random_ends_a_share_of_the_rows_early_with_sep():
+    ids = torch.tensor([[2, 10, 11, 12, 13, 3, 0], [2, 10, 3, 0, 0, 0, 0], [2, 5, 6, 7, 3, 0, 0]])
+    mask = (ids != 0).long()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        cut, cut_mask = mlm.cut_at_random(ids, mask, 3, g, share=1.0)
+        for i, k in enumerate((4, 1, 3)):  # tokens between [CLS] and [SEP]
+            n = int(cut_mask[i].sum())
+            assert torch.equal(cut[i, :n - 1], ids[i, :n - 1])  # a prefix, [CLS] first
+            assert cut[i, n - 1] == 3 and (cut[i, n:] == 0).all()  # then [SEP], then padding
+            kept = n - 2
+            assert (kept == k) if k < 2 else (1 <= kept <= k - 1)  # 1-word rows stay whole
+    whole, whole_mask = mlm.cut_at_random(ids, mask, 3, g, share=0.0)
+    assert torch.equal(whole, ids) and torch.equal(whole_mask, mask)
+    rows = torch.full((2000, 12), 7)
+    rows[:, 0], rows[:, -1] = 2, 3
+    _, m = mlm.cut_at_random(rows, torch.ones_like(rows), 3, torch.Generator().manual_seed(1))
+    share = (m.sum(dim=1) < 12).float().mean().item()
+    assert abs(share - 0.5) < 0.05  # about half the rows are cut
+    with pytest.raises(ValueError, match="share must be a probability"):
+        mlm.cut_at_random(ids, mask, 3, g, share=1.5)
 
 
 def test_training_lowers_the_mlm_loss(data):
-    _, history = mlm.train_tiny_lm(data, "mlm", steps=40, progress=False, n_layers=1)
+    _, history = mlm.train_tiny_lm(data, steps=40, progress=False, n_layers=1)
     assert sum(history[-10:]) / 10 < sum(history[:5]) / 5 - 0.5
 
 
@@ -119,29 +137,27 @@ def _corrupt(ids, mask, vocab, seed):
     return inputs, mask, labels
 
 
-def test_held_out_loss_is_the_models_own_objective_on_fixed_draws(data):
+def test_held_out_loss_is_the_mlm_loss_on_fixed_draws(data):
     torch.manual_seed(0)
     encoder = TinyLM(mlm.tiny_config(data.vocab.size, n_layers=1), causal=False).eval()
-    decoder = TinyLM(mlm.tiny_config(data.vocab.size, n_layers=1), causal=True).train()
+    decoder = TinyLM(mlm.tiny_config(data.vocab.size, n_layers=1), causal=True)
     ids, mask = data.valid_ids[:16], data.valid_mask[:16]
     first = mlm.held_out_loss(encoder, ids, mask, data.vocab)
     assert first == mlm.held_out_loss(encoder, ids, mask, data.vocab)  # the same corruptions
     by_hand = sum(mlm_model_loss(encoder, *_corrupt(ids, mask, data.vocab, 100 + s))[0].item()
                   for s in range(2)) / 2
     assert mlm.held_out_loss(encoder, ids, mask, data.vocab, draws=2) == pytest.approx(by_hand)
-    causal = mlm.held_out_loss(decoder, ids, mask, data.vocab)
-    decoder.eval()
-    assert causal == pytest.approx(next_token_loss(decoder(ids, mask), ids, mask).item())
+    with pytest.raises(ValueError, match="bidirectional"):
+        mlm.held_out_loss(decoder, ids, mask, data.vocab)
     assert math.log(data.vocab.size) - 1 < first < math.log(data.vocab.size) + 1  # untrained
     with pytest.raises(ValueError, match="draws must be a positive int"):
         mlm.held_out_loss(encoder, ids, mask, data.vocab, draws=0)
 
 
-@pytest.mark.parametrize("objective", mlm.OBJECTIVES)
-def test_train_selected_keeps_the_checkpoint_with_the_lowest_validation_loss(data, objective):
-    model, history, selection = mlm.train_selected(data, objective, steps=6, eval_every=2,
+def test_train_selected_keeps_the_checkpoint_with_the_lowest_validation_loss(data):
+    model, history, selection = mlm.train_selected(data, steps=6, eval_every=2,
                                                    progress=False, n_layers=1)
-    _, plain = mlm.train_tiny_lm(data, objective, steps=6, progress=False, n_layers=1)
+    _, plain = mlm.train_tiny_lm(data, steps=6, progress=False, n_layers=1)
     assert history == plain  # measuring does not change the run
     assert selection.steps == [2, 4, 6] and len(selection.losses) == 3
     assert selection.best_loss == min(selection.losses)
@@ -150,16 +166,16 @@ def test_train_selected_keeps_the_checkpoint_with_the_lowest_validation_loss(dat
     assert again == pytest.approx(selection.best_loss, abs=1e-5)  # the kept weights are those
     assert not model.training
     with pytest.raises(ValueError, match="eval_every must be a positive int"):
-        mlm.train_selected(data, objective, steps=2, eval_every=0)
+        mlm.train_selected(data, steps=2, eval_every=0)
 
 
 def test_train_selected_can_keep_an_earlier_checkpoint(data, monkeypatch):
     losses = iter([5.0, 4.0, 4.5])  # the middle one is best
     monkeypatch.setattr(mlm, "held_out_loss", lambda *args, **kwargs: next(losses))
-    model, _, selection = mlm.train_selected(data, "next-token", steps=6, eval_every=2,
-                                             progress=False, n_layers=1)
+    model, _, selection = mlm.train_selected(data, steps=6, eval_every=2, progress=False,
+                                             n_layers=1)
     assert selection.best_step == 4 and selection.best_loss == 4.0
-    reference, _ = mlm.train_tiny_lm(data, "next-token", steps=4, progress=False, n_layers=1)
+    reference, _ = mlm.train_tiny_lm(data, steps=4, progress=False, n_layers=1)
     for a, b in zip(model.parameters(), reference.parameters()):
         assert torch.equal(a, b)  # the weights after step 4, not after step 6
 
@@ -167,60 +183,28 @@ def test_train_selected_can_keep_an_earlier_checkpoint(data, monkeypatch):
 # --- fill-mask and the blank probe ---------------------------------------------------------------
 
 
-def test_fill_mask_reads_the_mask_or_the_left_context():
+def test_fill_mask_reads_the_sentence_with_a_mask_at_the_blank():
     ids = torch.tensor([2, 7, 8, 9, 10, 3])
-    enc, dec = small_lm(False).eval(), small_lm(True).eval()
-    top, probs = mlm.fill_mask(enc, ids, 3, mask_id=4, k=5)
+    enc = small_lm(False).eval()
+    top, probs = fills.fill_mask(enc, ids, 3, mask_id=4, k=5)
     assert top.shape == probs.shape == (5,) and (probs[:-1] >= probs[1:]).all()
     masked = ids.clone()
     masked[3] = 4
     expected = torch.softmax(enc(masked[None])[0, 3], -1).topk(5)
     assert torch.equal(top, expected.indices)
-    # the causal model's prediction ignores the token at the blank and everything after it
     other = ids.clone()
-    other[3:] = torch.tensor([20, 21, 22])
-    assert torch.equal(mlm.fill_mask(dec, ids, 3, 4)[0], mlm.fill_mask(dec, other, 3, 4)[0])
+    other[3] = 20  # the token at the blank is hidden: it cannot change the guesses
+    assert torch.equal(fills.fill_mask(enc, ids, 3, 4)[0], fills.fill_mask(enc, other, 3, 4)[0])
+    with pytest.raises(ValueError, match="bidirectional"):
+        fills.fill_mask(small_lm(True).eval(), ids, 3, 4)
     with pytest.raises(ValueError, match="position must be in 1..5"):
-        mlm.fill_mask(enc, ids, 0, 4)
+        fills.fill_mask(enc, ids, 0, 4)
     with pytest.raises(ValueError, match="one sentence"):
-        mlm.fill_mask(enc, ids[None], 2, 4)
-
-
-def test_blank_sets_follow_their_rules(data):
-    sets = mlm.blank_sets(data.vocab, data.corpus.held_out)
-    assert set(sets) == set(mlm.BLANK_RULES)
-    early, late = sets["early"], sets["late"]
-    assert len(early) > 150 and len(late) > 150
-    for blanks in (early, late):
-        for i in range(len(blanks)):
-            t = int(blanks.position[i])
-            tokens = data.vocab.decode(blanks.input_ids[i, : int(blanks.attention_mask[i].sum())])
-            assert tokens[t].isalpha() and not tokens[t + 1].startswith("##")
-            assert int(blanks.answer[i]) == int(blanks.input_ids[i, t]) != data.vocab.unk_id
-    assert (early.position == 2).all()  # the left context is [CLS] and one word
-    assert (late.right_context() == 2).all()  # only the final punctuation and [SEP] follow
-
-
-def test_blank_accuracy_scores_both_models_on_the_same_blanks():
-    ids = torch.tensor([[2, 7, 8, 9, 3], [2, 10, 11, 12, 3]])
-    blanks = mlm.BlankSet("t", ids, torch.ones_like(ids), torch.tensor([2, 3]),
-                          torch.tensor([8, 12]))
-    for causal in (False, True):
-        model = small_lm(causal).eval()
-        acc = mlm.blank_accuracy(model, blanks, mask_id=4, ks=(1, 5, 30))
-        assert set(acc) == {1, 5, 30} and acc[30] == 1.0 and 0 <= acc[1] <= acc[5] <= 1
-        by_hand = [int(mlm.fill_mask(model, ids[i], int(blanks.position[i]), 4, k=1)[0][0])
-                   == int(blanks.answer[i]) for i in range(2)]
-        assert acc[1] == sum(by_hand) / 2
-        assert mlm.blank_hits(model, blanks, 4, k=1).tolist() == by_hand
-    empty = mlm.BlankSet("t", ids[:0], ids[:0], torch.tensor([], dtype=torch.long),
-                         torch.tensor([], dtype=torch.long))
-    with pytest.raises(ValueError, match="empty"):
-        mlm.blank_accuracy(small_lm(False), empty, 4)
+        fills.fill_mask(enc, ids[None], 2, 4)
 
 
 def test_word_pairs_are_adjacent_whole_words(data):
-    pairs = mlm.word_pairs(data.vocab, data.test)
+    pairs = fills.word_pairs(data.vocab, data.test)
     assert len(pairs) > 100 and pairs.answer.shape == (len(pairs), 2)
     rows = torch.arange(len(pairs))
     assert torch.equal(pairs.answer[:, 0], pairs.input_ids[rows, pairs.position])
@@ -233,17 +217,17 @@ def test_word_pairs_are_adjacent_whole_words(data):
         assert not tokens[t + 2].startswith("##")
     assert (pairs.answer != data.vocab.unk_id).all()
     with pytest.raises(ValueError, match="no sentence has two adjacent whole words"):
-        mlm.word_pairs(data.vocab, ["Yes."])
+        fills.word_pairs(data.vocab, ["Yes."])
 
 
 def test_fill_two_fills_independently_or_one_at_a_time():
     ids = torch.tensor([[2, 7, 8, 9, 10, 3], [2, 11, 12, 13, 14, 3]])
     mask = torch.ones_like(ids)
     position = torch.tensor([1, 3])
-    pairs = mlm.BlankSet("pair", ids, mask, position,
+    pairs = fills.BlankSet("pair", ids, mask, position,
                          torch.stack([ids[[0, 1], [1, 3]], ids[[0, 1], [2, 4]]], dim=1))
     model = small_lm(False).eval()
-    independent, one_at_a_time = mlm.fill_two(model, pairs, mask_id=4)
+    independent, one_at_a_time = fills.fill_two(model, pairs, mask_id=4)
     assert independent.shape == one_at_a_time.shape == (2, 4 // 2)
     for i in range(2):
         t = int(position[i])
@@ -256,57 +240,59 @@ def test_fill_two_fills_independently_or_one_at_a_time():
         hidden[t + first] = independent[i, first]
         assert one_at_a_time[i, 1 - first] == model(hidden[None])[0, t + 1 - first].argmax()
     with pytest.raises(ValueError, match="bidirectional"):
-        mlm.fill_two(small_lm(True).eval(), pairs, 4)
-    one = mlm.BlankSet("t", ids, mask, position, ids[:, 1])
+        fills.fill_two(small_lm(True).eval(), pairs, 4)
+    one = fills.BlankSet("t", ids, mask, position, ids[:, 1])
     with pytest.raises(ValueError, match=r"answer of shape \(m, 2\)"):
-        mlm.fill_two(model, one, 4)
+        fills.fill_two(model, one, 4)
 
 
 def test_loss_positions_counts_the_signal_per_sequence():
     ids = torch.tensor([[2, 7, 8, 9, 3, 0], [2, 1, 3, 0, 0, 0]])
     mask = (ids != 0).long()
-    mlm_n = mlm.loss_positions(ids, mask, SPECIALS, "mlm")
+    mlm_n = fills.loss_positions(ids, mask, SPECIALS, "mlm")
     assert mlm_n.tolist() == pytest.approx([0.45, 0.0])  # 3 ordinary tokens, then none ([UNK])
-    assert mlm.loss_positions(ids, mask, SPECIALS, "next-token").tolist() == [4.0, 2.0]
+    assert fills.loss_positions(ids, mask, SPECIALS, "next-token").tolist() == [4.0, 2.0]
     with pytest.raises(ValueError, match="objective must be one of"):
-        mlm.loss_positions(ids, mask, SPECIALS, "masked")
+        fills.loss_positions(ids, mask, SPECIALS, "masked")
     with pytest.raises(ValueError, match="shape of input_ids"):
-        mlm.loss_positions(ids, mask[:, :3], SPECIALS, "mlm")
+        fills.loss_positions(ids, mask[:, :3], SPECIALS, "mlm")
 
 
 def test_smooth_is_a_running_mean():
-    assert mlm.smooth([1.0, 3.0, 5.0, 7.0], window=2) == pytest.approx([1.0, 2.0, 4.0, 6.0])
-    assert mlm.smooth([], window=3) == []
+    assert fills.smooth([1.0, 3.0, 5.0, 7.0], window=2) == pytest.approx([1.0, 2.0, 4.0, 6.0])
+    assert fills.smooth([], window=3) == []
     with pytest.raises(ValueError, match="window must be a positive int"):
-        mlm.smooth([1.0], window=0)
+        fills.smooth([1.0], window=0)
 
 
 # --- recipes and artefacts -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, causal", [("l5-mlm", False), ("l5-causal", True)])
-def test_recipe_runs_with_a_few_steps(name, causal, tmp_path, data):
+def test_recipe_runs_with_a_few_steps(tmp_path, data):
     from safetensors import safe_open
 
     from encoderlab.course.train import load_artefact, main, recipes
 
-    assert name in recipes()
+    name = "l5-mlm"
+    assert name in recipes() and "l5-causal" not in recipes()
     out = tmp_path / f"{name}.safetensors"
     assert main([name, "--steps", "3", "--out", str(out), "--quiet"]) == 0
     with safe_open(str(out), framework="pt") as f:
         artefact = ({k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata()))
     model, history, metadata = mlm.load_tiny_lm(name, artefact=artefact)
-    assert len(history) == 3 and model.causal == causal
+    assert len(history) == 3 and not model.causal
     assert metadata["corpus_fingerprint"] == data.corpus.fingerprint
     assert metadata["command"] == f"python -m encoderlab train {name} --steps 3"
-    assert json.loads(metadata["training"])["steps"] == 3
+    training = json.loads(metadata["training"])
+    assert training["steps"] == 3 and training["cut_share"] == mlm.CUT_SHARE
     assert load_artefact  # the committed one is tested below
 
 
-@pytest.mark.parametrize("name, causal", [("l5-mlm", False), ("l5-causal", True)])
-def test_committed_artefact_loads_with_the_expected_keys(name, causal):
+def test_committed_artefact_loads_with_the_expected_keys():
     from encoderlab.course.train import artefact_path, load_artefact
 
+    name = "l5-mlm"
+    assert not artefact_path("l5-causal").exists()
     assert artefact_path(name).stat().st_size < 5 * 2**20
     tensors, metadata = load_artefact(name)
     assert "history" in tensors and "model.head.proj.weight" in tensors
@@ -315,9 +301,9 @@ def test_committed_artefact_loads_with_the_expected_keys(name, causal):
         assert key in metadata
     assert metadata["command"] == f"python -m encoderlab train {name}"
     model, history, _ = mlm.load_tiny_lm(name)
-    objective = "next-token" if causal else "mlm"
-    assert model.causal == causal and len(history) == mlm.RECIPE_STEPS[objective]
-    assert json.loads(metadata["training"])["steps"] == mlm.RECIPE_STEPS[objective]
+    assert not model.causal and len(history) == mlm.RECIPE_STEPS["mlm"]
+    training = json.loads(metadata["training"])
+    assert training["steps"] == mlm.RECIPE_STEPS["mlm"] and training["cut_share"] == mlm.CUT_SHARE
     vocab = metadata["vocab"].split("\n")
     assert len(vocab) == model.config.vocab_size
 
@@ -327,11 +313,10 @@ def test_load_tiny_lm_rejects_other_artefacts():
         mlm.load_tiny_lm("x", artefact=({"w": torch.zeros(1)}, {}))
 
 
-@pytest.mark.parametrize("name", ["l5-mlm", "l5-causal"])
-def test_committed_artefact_was_trained_on_this_data_and_chose_its_checkpoint(name, data):
+def test_committed_artefact_was_trained_on_this_data_and_chose_its_checkpoint(data):
     from encoderlab.course.train import load_artefact
 
-    _, metadata = load_artefact(name)
+    _, metadata = load_artefact("l5-mlm")
     mlm.check_artefact_data(metadata, data)  # raises if the data differ
     curve = json.loads(metadata["validation_curve"])
     steps = json.loads(metadata["training"])
@@ -389,3 +374,102 @@ def test_sign_test_is_the_exact_binomial_tail():
     assert stats.sign_test(41, 13) < 0.001
     with pytest.raises(ValueError, match="ints >= 0"):
         stats.sign_test(-1, 3)
+
+
+# --- §4-§5: plain-word blanks, and the words on their right -------------------------------------
+
+
+def test_plain_word_positions_skip_code_and_short_words():
+    tokens = ["[CLS]", "the", "value", "of", '"', "self", '"', "is", "returned", "by",
+              "os", ".", "path", "quickly", ".", "[SEP]"]
+    # "the": 3 letters; "of", "is", "by", "os": too short; "self": inside quotes;
+    # "path": after "."; "quickly": before the final punctuation, allowed
+    assert fills.plain_word_positions(tokens) == [1, 2, 8, 13]
+    assert fills.plain_word_positions(["[CLS]", "run", "##ning", "fast", ".", "[SEP]"]) == [3]
+    with pytest.raises(ValueError, match=r"\[CLS\] to \[SEP\]"):
+        fills.plain_word_positions(["the", "end"])
+
+
+def _toy_blanks():
+    # two sentences, [CLS]=2, [SEP]=3, [MASK]=4, final punctuation 9, padding 0
+    ids = torch.tensor([[2, 10, 11, 12, 13, 9, 3, 0], [2, 20, 21, 22, 9, 3, 0, 0]])
+    mask = (ids != 0).long()
+    return fills.BlankSet("word", ids, mask, torch.tensor([2, 1]), torch.tensor([11, 20]))
+
+
+def test_cut_right_keeps_the_left_side_then_mask_and_sep():
+    inputs, mask = fills.cut_right(_toy_blanks(), mask_id=4, sep_id=3)
+    assert inputs.tolist() == [[2, 10, 4, 3, 0, 0, 0, 0], [2, 4, 3, 0, 0, 0, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0]]
+
+
+def test_word_blanks_are_plain_words_with_words_after_them(data):
+    blanks = fills.word_blanks(data.vocab, data.test)
+    assert len(blanks) > 500
+    tokens = [data.vocab.tokens[int(a)] for a in blanks.answer]
+    assert all(t.isalpha() and len(t) >= 3 for t in tokens)
+    assert bool((blanks.right_context() >= 3).all())  # a word, the final punctuation, [SEP]
+    with pytest.raises(ValueError, match="no sentence"):
+        fills.word_blanks(data.vocab, ["Yes."])
+
+
+def test_score_blanks_ranks_only_allowed_tokens_and_reports_the_answers_loss():
+    torch.manual_seed(0)
+    model = small_lm(False, vocab=30).eval()
+    blanks = _toy_blanks()
+    inputs, mask = fills.cut_right(blanks, mask_id=4, sep_id=3)
+    allowed = torch.zeros(30, dtype=torch.bool)
+    allowed[[11, 20]] = True  # only the two answers may be guessed
+    s = fills.score_blanks(model, inputs, mask, blanks, allowed)
+    assert s["top-5"].all()  # two candidates: both answers are in every top five
+    with torch.no_grad():
+        logits = model(inputs, mask)[torch.arange(2), blanks.position][:, [11, 20]]  # (2, 2)
+    expected = -logits.log_softmax(-1)[torch.arange(2), torch.tensor([0, 1])]
+    assert torch.allclose(s["loss"], expected, atol=1e-5)
+    assert s["top-1"].tolist() == (logits.argmax(-1) == torch.tensor([0, 1])).tolist()
+    with pytest.raises(ValueError, match="bidirectional"):
+        fills.score_blanks(small_lm(True, vocab=30), inputs, mask, blanks)
+    with pytest.raises(ValueError, match="shape"):
+        fills.score_blanks(model, inputs[:, :4], mask, blanks)
+
+
+def test_word_token_mask_keeps_alphabetic_non_special_tokens(data):
+    words = fills.word_token_mask(data.vocab)
+    assert words.shape == (data.vocab.size,)
+    assert not words[list(data.vocab.special_ids)].any()
+    assert words[data.vocab.tokens.index("the")]
+    assert not words[data.vocab.tokens.index(".")]
+
+
+def test_blank_table_prints_each_reading_and_its_paired_difference(capsys):
+    hits = torch.tensor([True, True, False, True])  # 3 of 4
+    misses = torch.tensor([False, True, False, False])  # 1 of 4
+    scores = {"whole": {"top-1": hits, "top-5": hits, "loss": torch.tensor([1.0, 1.0, 3.0, 1.0])},
+              "cut": {"top-1": misses, "top-5": hits, "loss": torch.tensor([2.0, 1.0, 4.0, 3.0])},
+              "floor": {"top-1": misses, "top-5": misses}}
+    gaps = fills.blank_table(scores, reference="whole")
+    out = capsys.readouterr().out
+    assert set(gaps) == {"cut", "floor"} and "loss" not in gaps["floor"]
+    d, low, high = gaps["cut"]["top-1"]
+    assert d == pytest.approx(-0.5) and low <= -0.5 <= high <= 0  # 1 of 4 against 3 of 4
+    assert gaps["cut"]["loss"][0] == pytest.approx(1.0)  # (1 + 0 + 1 + 2) / 4 nats more
+    assert gaps["cut"]["top-5"] == (0.0, 0.0, 0.0)
+    lines = out.splitlines()
+    assert len(lines) == 5 and "75.0%" in lines[2] and "-50.0 [" in lines[3]
+    assert "+1.00 [" in lines[3] and lines[4].split()[3] == "-"  # no loss for the floor
+    with pytest.raises(ValueError, match="reference must be one of"):
+        fills.blank_table(scores, reference="nothing")
+    with pytest.raises(ValueError, match="same blanks"):
+        fills.blank_table({"a": scores["whole"], "b": {"top-1": hits[:2], "top-5": hits[:2]}}, "a")
+
+
+def test_readable_joins_pieces_and_cuts_around_the_blank():
+    tokens = ["[CLS]", "a", '"', "_", "_", "dict", "_", "_", '"', "is", "don", "’", "t",
+              "run", "##ning", "(", "x", ")", ",", "___", "here", ".", "[SEP]"]
+    assert fills.readable(tokens, width=200) == 'a "__dict__" is don’t running (x), ___ here.'
+    assert fills.readable(["[CLS]", "a", ".", "x", "is", "it", ".", "[SEP]"]) == "a.x is it."
+    short = fills.readable(tokens, width=20)
+    assert "___" in short and short.startswith("…") and len(short) <= 22
+    assert short == "…(x), ___ here."  # cut at word boundaries
+    with pytest.raises(ValueError, match="width must be a positive int"):
+        fills.readable(tokens, width=0)

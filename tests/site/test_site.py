@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -426,6 +427,64 @@ def test_every_page_fits_the_screen(browser, site, width):
     finally:
         context.close()
     assert not problems, "\n".join(problems)
+
+
+# --- reader first: each lesson page's height, and its reading time ------------------------------
+
+BUDGET = yaml.safe_load((ROOT / "lessons" / "budget.yml").read_text(encoding="utf-8"))
+LESSON_NOTEBOOKS = sorted((ROOT / "lessons").glob("[0-9][0-9]-*.ipynb"))
+SCREEN = {"width": 1300, "height": 900}
+
+
+def _lesson_screens(browser, site) -> dict[str, float]:
+    """Each lesson page's height in screens of 1,300 x 900, as it opens (solutions and folded
+    code closed), once its math is typeset."""
+    if not hasattr(_lesson_screens, "found"):
+        context = browser.new_context(viewport=SCREEN)
+        found = {}
+        try:
+            page = context.new_page()
+            for notebook in LESSON_NOTEBOOKS:
+                page.goto(f"{site}lessons/{notebook.stem}.html", wait_until="load")
+                if page.locator(".math").count():
+                    page.wait_for_function("() => window.MathJax && MathJax.startup "
+                                           "&& MathJax.startup.promise", timeout=30_000)
+                    page.evaluate("() => MathJax.startup.promise.then(() => true)")
+                height = page.evaluate("() => document.documentElement.scrollHeight")
+                found[notebook.stem] = height / SCREEN["height"]
+        finally:
+            context.close()
+        _lesson_screens.found = found
+    return _lesson_screens.found
+
+
+@pytest.mark.parametrize("notebook", LESSON_NOTEBOOKS, ids=[p.name[:2] for p in LESSON_NOTEBOOKS])
+def test_lesson_page_is_at_most_the_screen_budget(browser, site, notebook):
+    screens = _lesson_screens(browser, site)[notebook.stem]
+    limit = BUDGET["screens"]
+    if int(notebook.name[:2]) in BUDGET["pending"]:
+        if screens > limit:
+            pytest.xfail(f"Lesson {notebook.name[:2]} is pending: {screens:.1f} screens")
+        return
+    assert screens <= limit, (
+        f"{notebook.stem}.html is {screens:.1f} screens tall at "
+        f"{SCREEN['width']} x {SCREEN['height']}, over the budget of {limit} "
+        "(lessons/budget.yml): cut prose, shorten printed outputs, fold plotting code.")
+
+
+def test_reading_times_are_computed_from_the_notebooks():
+    """The index and the instructors' page show each lesson's minutes as the build computed
+    them from the notebook (prose at 200 words a minute plus the stored execution time)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    from reading_time import reading_minutes
+
+    expected = [f"{reading_minutes(nb)} min" for nb in LESSON_NOTEBOOKS]
+    for page in ("index.html", "instructors.html"):
+        text = (HTML / page).read_text(encoding="utf-8")
+        shown = re.findall(r'<span class="reading-time">([^<]*)</span>', text)
+        assert shown == expected, f"{page} shows {shown}, the notebooks give {expected}"
 
 
 # --- the attention explorer on Lesson 3's page ---------------------------------------------------

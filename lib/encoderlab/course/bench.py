@@ -31,6 +31,8 @@ from encoderlab.course.timing import (
     time_interleaved,
     time_pair,
 )
+from encoderlab.lessons.l03_cost import block_ratio, sdpa_cpu_blocks
+from encoderlab.validate import check_positive_int
 
 __all__ = [
     "attention_flops",
@@ -40,6 +42,9 @@ __all__ = [
     "structural_masks",
     "bench_masks",
     "every_tile_partial",
+    "cost_table",
+    "time_full_and_causal",
+    "timing_table",
     "main",
     # from encoderlab.course.timing, under this module's name too
     "PairTiming", "time_pair", "interleaved_samples", "time_interleaved", "spread", "paired_ratios",
@@ -259,6 +264,72 @@ def _print_rows(rows: list[tuple[str, str, str, str]]) -> None:
     width = max(len(row[0]) for row in rows)
     for name, detail, value, verdict in rows:
         print(f"{name:<{width}}  {value:>9}  {detail:<36} {verdict}")
+
+
+# --- Lesson 3, §4: full against causal attention on the CPU -----------------------------------
+
+
+def cost_table(ns, d_k: int = 64, n_heads: int = 4, block: int = 128) -> str:
+    """FLOPs of full and causal attention per n, and their ratio in FLOPs and in tiles of
+    ``block`` x ``block``, as text (Lesson 3, §4)."""
+    lines = [f"    n   GFLOP full  causal   full / causal: FLOPs  tiles of {block}"]
+    for n in ns:
+        full = attention_flops(n, d_k=d_k, n_heads=n_heads)
+        causal = attention_flops(n, d_k=d_k, n_heads=n_heads, causal=True)
+        lines.append(f"{n:>5} {full / 1e9:>12.3f} {causal / 1e9:>7.3f} {full / causal:>20.3f}"
+                     f" {block_ratio(n, block):>13.3f}")
+    return "\n".join(lines)
+
+
+def _full_against_causal(attend, qkv, causal: dict, repeats: int):
+    """One kernel's full and causal calls timed in turns (time_pair)."""
+    with torch.inference_mode():
+        return time_pair(lambda: attend(*qkv), lambda: attend(*qkv, **causal),
+                               repeats=repeats)
+
+
+def time_full_and_causal(ns, n_heads: int = 4, d_k: int = 64, repeats: int = 5,
+                         seed: int = 0) -> list[dict]:
+    """Time full against causal attention on one CPU thread, per n: PyTorch's SDPA and the
+    course's tiled loop, each with the ratio its block plan predicts (Lesson 3, §4).
+
+    Each row holds n, "tiled" and "sdpa" as (ratio of median times, lowest, highest ratio of
+    one round), "tiles" (the loop's tiles of 128) and "sdpa_blocks" (:func:`sdpa_cpu_blocks`).
+    Full and causal run in turns (:func:`time_pair`), so a slow moment hits both."""
+    ns = [check_positive_int(n, "every n") for n in ns]
+    g = torch.Generator().manual_seed(seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: ratios that do not depend on the core count
+    rows = []
+    try:
+        for n in ns:
+            q, k, v = (torch.randn(1, n_heads, n, d_k, generator=g) for _ in range(3))
+            sdpa = _full_against_causal(F.scaled_dot_product_attention, (q, k, v),
+                                        {"is_causal": True}, repeats)
+            loop = _full_against_causal(tiled.tiled_attention, (q, k, v), {"causal": True},
+                                        repeats)
+            rows.append({"n": n, "tiled": (loop.ratio, *loop.paired[1:]),
+                         "sdpa": (sdpa.ratio, *sdpa.paired[1:]),
+                         "tiles": block_ratio(n, 128),
+                         "sdpa_blocks": block_ratio(n, *sdpa_cpu_blocks(n))})
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
+def timing_table(rows: list[dict]) -> str:
+    """Measured and predicted full / causal time per n, as text (Lesson 3, §4). Each row holds
+    n, "tiled" and "sdpa" as (ratio of median times, lowest, highest paired ratio), and the
+    predictions "tiles" (blocks of 128) and "sdpa_blocks" (PyTorch's plan)."""
+    if not rows:
+        raise ValueError("timing_table needs at least one row of measurements, got none.")
+    lines = ["    n   tiled loop [range]  predicted   PyTorch SDPA [range]  predicted"]
+    for r in rows:
+        tiled, sdpa = r["tiled"], r["sdpa"]
+        lines.append(f"{r['n']:>5}   {tiled[0]:.2f} [{tiled[1]:.2f}, {tiled[2]:.2f}]"
+                     f"  {r['tiles']:>9.2f}   {sdpa[0]:.2f} [{sdpa[1]:.2f}, {sdpa[2]:.2f}]"
+                     f"  {r['sdpa_blocks']:>13.2f}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,8 +38,8 @@ __all__ = [
     "sdpa_call", "sdpa_backend", "gpu_check_rows", "failed_checks", "gpu_checks",
     "fastest_gpu_config", "bench_gpu_attention", "bench_sdpa_gpu", "sdpa_gpu_record",
     "sdpa_results_table", "bench_gpu_masks", "gpu_mask_table", "gpu_attention_record",
-    "recorded_gpu_results", "gpu_results_table", "lesson_gpu_rows", "write_gpu_record",
-    "print_gpu_rows", "record_command",
+    "recorded_gpu_results", "gpu_results_table", "gpu_adds", "cpu_skip_line",
+    "lesson_gpu_rows", "write_gpu_record", "print_gpu_rows", "record_command",
 ]
 
 GPU_DEVICE = "cuda"  # where the GPU rows run (the tests point it at the CPU, with CUDA mocked)
@@ -108,14 +108,14 @@ def gpu_mode() -> tuple[str, str]:
 
     "triton": the Triton kernel runs on this GPU, checked against SDPA and timed with it;
     "sdpa": a GPU the kernel does not run on (Colab's T4): SDPA alone, full vs is_causal;
-    "none": no CUDA device, or no Triton to time with, so only the runs recorded in figures/data/.
+    "none": no CUDA device, or no Triton to time with: the CPU's timings, and the GPU runs
+    recorded in figures/data/ if there are any.
     """
     if not torch.cuda.is_available():
-        return "none", ("No CUDA GPU in this run: only GPU runs recorded in figures/data/ can be "
-                        "shown.")
+        return "none", "No CUDA GPU in this run: the timings shown are this CPU's."
     if importlib.util.find_spec("triton") is None:
         return "none", ("Triton is not installed, and the GPU rows time with it (pip install "
-                        "triton): only GPU runs recorded in figures/data/ can be shown.")
+                        "triton): the timings shown are this CPU's.")
     name = torch.cuda.get_device_name(0)
     reason = kernel_unsupported_reason()
     if reason is None:
@@ -125,6 +125,28 @@ def gpu_mode() -> tuple[str, str]:
     return "sdpa", (f"{name} (compute capability {major}.{minor}): the course's Triton kernel is "
                     "built for 8.0 (A100) and newer, so this run times PyTorch's SDPA alone, full "
                     "against is_causal.")
+
+
+def gpu_adds(what: str = "and PyTorch's fused attention, full against causal, in float16,") -> str:
+    """What a GPU run adds, in one line, where this run has no GPU and none is recorded: a fact,
+    not a promise of results (Lesson 3, §4; Lesson 9, §8). ``what`` names the rows timed."""
+    if not isinstance(what, str) or not what.strip():
+        raise ValueError("what must name the rows the GPU times, as words after 'the Triton "
+                         f"kernel' (e.g. 'under every mask'), got {what!r}.")
+    return (f"On a GPU of compute capability 8.0 or newer (an A100, an H100) this cell times the "
+            f"course's Triton kernel {what.strip()} on the GPU's clock.")
+
+
+def cpu_skip_line(ratios) -> str:
+    """One line on what this CPU measured: the tiled loop's time full / causal at each n
+    (Lesson 3, §4). ``ratios`` maps n to the median ratio, e.g. {1024: 1.67, 2048: 1.81}."""
+    if not (isinstance(ratios, dict) and ratios and all(
+            isinstance(n, int) and n >= 1 and r > 0 for n, r in ratios.items())):
+        raise ValueError("ratios must be a non-empty dict {n: median time full / causal}, each "
+                         f"n an int >= 1 and each ratio > 0, got {ratios!r}; pass the tiled "
+                         "loop's ratios measured in §4.")
+    cells = ", ".join(f"{r:.2f} at n = {n}" for n, r in sorted(ratios.items()))
+    return f"Measured on this CPU, the tiled loop's time full / causal: {cells}."
 
 
 def _do_bench() -> Callable:
@@ -445,8 +467,7 @@ def gpu_mask_table(records: list[dict]) -> str:
     (recorded before the masks were timed) are named and skipped."""
     with_masks = [r for r in records if r.get("mask_rows")]
     if not with_masks:
-        return ("No GPU run with per-mask timings is recorded yet (no file in figures/data/ "
-                "holds them).")
+        return gpu_adds("under every mask of §4, with PyTorch's fused attention,")
     lines = []
     for r in with_masks:
         first = r["mask_rows"][0]
@@ -487,14 +508,6 @@ def gpu_attention_record(ns=None, repeats: int = 10, record: dict | None = None)
     return record
 
 
-def _version(package: str) -> str | None:
-    """The installed version of ``package``, or None when it is not installed."""
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _gpu_environment() -> dict:
     """What a GPU record says about where and how it was measured."""
     return {
@@ -502,7 +515,8 @@ def _gpu_environment() -> dict:
         "device": torch.cuda.get_device_name(0),
         "capability": ".".join(str(c) for c in torch.cuda.get_device_capability(0)),
         "torch": torch.__version__,
-        "triton": _version("triton"),
+        "triton": importlib.metadata.version("triton") if importlib.util.find_spec("triton")
+        else None,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
         "date": datetime.date.today().isoformat(),
@@ -552,7 +566,7 @@ def _sdpa_backends_named(rows: list[dict]) -> str:
 def gpu_results_table(records: list[dict]) -> str:
     """GPU runs as text: one header line with the device and versions, then one line per n."""
     if not records:
-        return "No GPU results are recorded yet (no file in figures/data/ holds them)."
+        return gpu_adds()
     lines = []
     for r in records:
         lines.append(f"{r['device']} · torch {r['torch']} · Triton {r['triton']} · "
@@ -573,13 +587,14 @@ def gpu_results_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def lesson_gpu_rows(folder="figures/data") -> dict | None:
+def lesson_gpu_rows(folder="figures/data", cpu_ratios: dict | None = None) -> dict | None:
     """The GPU cell of Lesson 3, §4: prints what this run can show, returns its record or None.
 
     On a GPU the Triton kernel runs on: the kernel checked, then timed with SDPA
     (:func:`gpu_attention_record`). On an older GPU (Colab's T4): one line saying why the
-    kernel is not shown, and SDPA alone (:func:`sdpa_gpu_record`). Without a GPU: that line.
-    Then, unless the kernel ran here, the runs recorded in ``folder``.
+    kernel is not shown, and SDPA alone (:func:`sdpa_gpu_record`). Without a GPU: what this CPU
+    measured (``cpu_ratios``, :func:`cpu_skip_line`). Then, unless the kernel ran here, the runs
+    recorded in ``folder``, or one line on what a GPU run adds (:func:`gpu_adds`).
     """
     mode, line = gpu_mode()
     print(line)
@@ -590,14 +605,14 @@ def lesson_gpu_rows(folder="figures/data") -> dict | None:
     record = sdpa_gpu_record() if mode == "sdpa" else None
     if record is not None:
         print(sdpa_results_table(record))
+    elif cpu_ratios is not None:
+        print(cpu_skip_line(cpu_ratios))
     recorded = recorded_gpu_results(folder)
     if recorded:
         print("Recorded GPU runs:")
         print(gpu_results_table(recorded))
     else:
-        print("GPU timings of the Triton kernel appear here once a run is recorded: on a GPU of "
-              "compute capability 8.0 or newer, from the repository's root folder,")
-        print("  python -m encoderlab bench --gpu-record figures/data/gpu-attention.json")
+        print(gpu_adds())
     return record
 
 
@@ -623,11 +638,9 @@ def _verdict_gpu(name: str, value: float) -> str:
 
 
 def write_gpu_record(path) -> dict:
-    """Run :func:`gpu_attention_record` and write it to ``path`` as JSON; print the table.
-
-    A run that stops part way writes what it measured, of kind "gpu-attention-failed" with
-    the error (the lessons skip it), and raises the error again.
-    """
+    """Run :func:`gpu_attention_record`, write it to ``path`` as JSON and print the table. A run
+    that stops part way writes what it measured as kind "gpu-attention-failed" with the error
+    (the lessons skip it), and raises the error again."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {}

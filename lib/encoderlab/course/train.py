@@ -112,6 +112,7 @@ def train(
 # are imported by name when the command runs, never when this module is imported.
 
 RECIPE_MODULES = (
+    "encoderlab.lessons.l04_warmup",  # Lesson 4, §7
     "encoderlab.lessons.l05_mlm",  # Lesson 5
     "encoderlab.lessons.l06_comparison",  # Lesson 6
     "encoderlab.lessons.l06_mask_rate",  # Lesson 6, the masking-rate sweep

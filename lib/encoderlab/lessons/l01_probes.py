@@ -28,8 +28,8 @@ __all__ = [
     "group_similarity",
     "attention_between_words",
     "attention_from_other_words",
-    "group_separation",
-    "sentence_vectors",
+    "crossed_similarity",
+    "crossed_effects",
 ]
 
 
@@ -255,92 +255,105 @@ def attention_between_words(
     return torch.stack([rows[..., k].sum(dim=-1) for k in keys], dim=-1)  # (L, h, k)
 
 
-def group_separation(
-    similarity: torch.Tensor, groups: Sequence, ignore: torch.Tensor | None = None
-) -> dict[str, float]:
-    """How well a similarity matrix separates groups, on a scale that survives anisotropy.
+def crossed_similarity(
+    similarity: torch.Tensor, senses: Sequence, topics: Sequence
+) -> dict[tuple[bool, bool], float]:
+    """Mean similarity of the pairs in each cell of a 2 x 2 design: sense by topic (Lesson 1, §4).
 
-    (Lesson 1, §4.) ``groups[i]`` names the group of row (and column) i. The diagonal is always
-    left out; ``ignore`` is an optional boolean (m, m) matrix of further pairs to leave out
-    (True = ignore), for instance pairs whose word sits at the same position. Returns
-
-    - ``within``, ``cross``: the mean similarity of same-group and of different-group pairs;
-    - ``gap``: within - cross;
-    - ``scaled_gap``: (within - cross) / (1 - cross), the gap as a fraction of the room left
-      above the cross-group level. When every vector drifts towards one direction (the
-      anisotropy of contextual vectors, Ethayarajh 2019) all similarities rise and the raw gap
-      shrinks; the scaled gap does not move with that drift. 0 = no separation, 1 = every
-      same-group pair identical;
-    - ``nearest``: the number of rows whose most similar other row (among the pairs kept) is in
-      the same group, out of ``n`` rows that have a pair left.
+    Row (and column) i of the square ``similarity`` matrix belongs to a sentence whose word has
+    sense ``senses[i]`` and whose sentence is about ``topics[i]``. Every pair i < j falls in one
+    cell, keyed ``(same sense, same topic)``: ``(True, True)``, ``(True, False)``,
+    ``(False, True)`` and ``(False, False)``; the value is the mean similarity of its pairs.
+    If same-sense pairs from different topics are more alike than different-sense pairs from
+    the same topic, the vectors follow the word's sense more than the sentence's topic.
     """
-    m = _check_groups(similarity, groups)
-    keep = ~torch.eye(m, dtype=torch.bool)  # (m, m): the pairs that count
-    if ignore is not None:
-        if not isinstance(ignore, torch.Tensor) or ignore.dtype != torch.bool or (
-            ignore.shape != (m, m)
-        ):
-            is_tensor = isinstance(ignore, torch.Tensor)
-            got = (tuple(ignore.shape), ignore.dtype) if is_tensor else ignore
+    m = _check_groups(similarity, senses)
+    if len(topics) != m:
+        raise ValueError(
+            f"topics must name one topic per row: {m} rows, {len(topics)} topics. "
+            "Give every sentence both a sense and a topic."
+        )
+    pairs = torch.triu(torch.ones(m, m, dtype=torch.bool), diagonal=1)  # (m, m): i < j
+
+    def same(names):
+        index = {name: k for k, name in enumerate(dict.fromkeys(names))}
+        label = torch.tensor([index[x] for x in names])  # (m,)
+        return label[:, None] == label[None, :]  # (m, m)
+
+    same_sense, same_topic = same(senses), same(topics)
+    cells = {}
+    for key in ((True, True), (True, False), (False, True), (False, False)):
+        cell = pairs & (same_sense == key[0]) & (same_topic == key[1])  # (m, m)
+        if not cell.any():
             raise ValueError(
-                f"ignore must be a boolean ({m}, {m}) tensor, True for the pairs to leave out, "
-                f"got {got}. Build it with a comparison, e.g. positions[:, None] == positions."
+                f"no pair has (same sense, same topic) = {key}: the design needs at least two "
+                "sentences in each sense and topic combination, got senses "
+                f"{list(senses)} and topics {list(topics)}."
             )
-        keep &= ~ignore
-    names = {name: k for k, name in enumerate(dict.fromkeys(groups))}
-    label = torch.tensor([names[g] for g in groups])  # (m,)
-    same = label[:, None] == label[None, :]  # (m, m)
-    if not (same & keep).any() or not (~same & keep).any():
-        raise ValueError(
-            "group_separation needs at least one same-group pair and one different-group pair "
-            f"left after ignoring pairs; groups were {list(groups)}. Pass at least two groups, "
-            "one with two members, and ignore fewer pairs."
-        )
-    within = similarity[same & keep].double().mean().item()
-    cross = similarity[~same & keep].double().mean().item()
-    masked = similarity.double().masked_fill(~keep, float("-inf"))  # (m, m)
-    has_pair = keep.any(dim=1)  # (m,)
-    nearest = masked.argmax(dim=1)  # (m,): the most similar other row
-    agree = same[torch.arange(m), nearest] & has_pair
-    return {
-        "within": within,
-        "cross": cross,
-        "gap": within - cross,
-        "scaled_gap": (within - cross) / (1.0 - cross),
-        "nearest": int(agree.sum()),
-        "n": int(has_pair.sum()),
-    }
+        cells[key] = similarity[cell].double().mean().item()
+    return cells
 
 
-def sentence_vectors(
-    tokenizer, model, texts: Sequence[str] | str, layer: int | None = -1
-) -> torch.Tensor:
-    """The mean of every token's vector in each text, from hidden state ``layer`` (Lesson 1, §4).
+def crossed_effects(
+    similarity: torch.Tensor,
+    senses: Sequence,
+    topics: Sequence,
+    draws: int = 1000,
+    level: float = 0.9,
+    seed: int = 0,
+) -> dict[str, tuple[float, float, float]]:
+    """The sense effect and the topic effect of a 2 x 2 design, with bootstrap intervals
+    (Lesson 1, §4).
 
-    This is the sentence embedding that all-MiniLM-L6-v2 is trained to produce (mean pooling
-    over all tokens, [CLS] and [SEP] included) when ``layer`` is the last; at other depths it is
-    the same average taken earlier. It serves as a control: whatever separates these vectors
-    is a property of the whole sentence (its topic), not of one word. ``layer`` indexes the
-    L + 1 hidden states as in ``token_vectors`` (None = all). Returns (len(texts), d), or
-    (L + 1, len(texts), d) with ``layer=None``.
+    With the cell means of :func:`crossed_similarity` written s_t, s_o (same sense, same or
+    other topic) and d_t, d_o (different sense), the sense effect is
+    (s_t + s_o - d_t - d_o) / 2, the topic effect (s_t + d_t - s_o - d_o) / 2, and their
+    difference is s_o - d_t. Each comes back as ``(value, low, high)``: the value on the
+    sentences given, and the central ``level`` interval over ``draws`` resamplings of the
+    sentences with replacement *within* each (sense, topic) cell. A pair of copies of one
+    sentence is left out, as the diagonal is. Keys: "sense", "topic", "sense - topic".
     """
-    if isinstance(texts, str):
-        texts = [texts]
-    if not isinstance(texts, Sequence) or not texts or not all(isinstance(t, str) for t in texts):
-        raise ValueError(
-            f"texts must be a non-empty list of strings, got {texts!r}. "
-            "Put a single sentence in a list: sentence_vectors(tok, model, [text])."
-        )
-    _check_layer(model, layer)
-    rows = []
-    for text in texts:
-        enc = tokenizer([text], return_tensors="pt")
-        with torch.no_grad():
-            out = model(**enc)
-        h = torch.stack(out.hidden_states)[:, 0]  # (L + 1, n, d)
-        rows.append(h.mean(dim=1))  # (L + 1, d): the mean over all n tokens
-    vectors = torch.stack(rows, dim=1)  # (L + 1, len(texts), d)
-    return vectors if layer is None else vectors[layer]
+    m = _check_groups(similarity, senses)
+    if len(topics) != m:
+        raise ValueError(f"topics must name one topic per row: {m} rows, {len(topics)} topics.")
+    if not (isinstance(draws, int) and draws >= 1 and 0 < level < 1):
+        raise ValueError(f"draws must be a positive int and 0 < level < 1, got draws={draws!r}, "
+                         f"level={level!r}.")
+    cells = list(zip(senses, topics, strict=True))
+    sense = torch.tensor([s == senses[0] for s in senses])  # (m,) arbitrary labels as 0/1
+    topic = torch.tensor([t == topics[0] for t in topics])
+    same_sense = sense[:, None] == sense[None, :]  # (m, m)
+    same_topic = topic[:, None] == topic[None, :]
+    g = torch.Generator().manual_seed(seed)
+    index = [torch.arange(m)]  # draw 0: the sentences as given
+    members = [torch.tensor([i for i in range(m) if cells[i] == c])  # the rows of each cell
+               for c in dict.fromkeys(cells)]
+    for _ in range(draws):
+        idx = torch.arange(m)
+        for rows in members:
+            idx[rows] = rows[torch.randint(len(rows), (len(rows),), generator=g)]
+        index.append(idx)
+    idx = torch.stack(index)  # (draws + 1, m): which sentence fills each slot
+    s = similarity.double()[idx[:, :, None], idx[:, None, :]]  # (draws + 1, m, m)
+    pairs = torch.triu(torch.ones(m, m, dtype=torch.bool), 1) & (idx[:, :, None] != idx[:, None, :])
+
+    def mean(sense_same, topic_same):
+        w = (pairs & (same_sense == sense_same) & (same_topic == topic_same)).double()
+        if (w.sum(dim=(1, 2)) == 0).any():
+            raise ValueError(
+                f"no pair has (same sense, same topic) = {(sense_same, topic_same)}: the design "
+                "needs at least two sentences in each sense and topic combination.")
+        return (s * w).sum(dim=(1, 2)) / w.sum(dim=(1, 2))  # (draws + 1,)
+
+    s_t, s_o, d_t, d_o = mean(True, True), mean(True, False), mean(False, True), mean(False, False)
+    effects = {"sense": (s_t + s_o - d_t - d_o) / 2, "topic": (s_t + d_t - s_o - d_o) / 2,
+               "sense - topic": s_o - d_t}
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.double)
+    out = {}
+    for key, values in effects.items():
+        low, high = torch.quantile(values[1:], q).tolist()
+        out[key] = (float(values[0]), low, high)
+    return out
 
 
 def attention_from_other_words(

@@ -24,7 +24,8 @@ The scores (``SCORES``):
 
 **Tie rule** (every trainer, and the exercise): among the pairs with the highest score, merge
 the smallest ``(a, b)`` in Python's string order. The ratio is compared exactly, as a fraction
-of integers (:class:`fractions.Fraction`), so pairs whose scores are equal tie.
+of integers (:class:`fractions.Fraction`), and the gain as one expression,
+``n * log(n * N / (count(a) * count(b)))``, so pairs whose scores are equal tie.
 
 The vocabulary is the alphabet (every first symbol, sorted) followed by the merged symbols in
 the order they were made. Applying it differs: a WordPiece vocabulary ("ratio" or "gain") is
@@ -37,17 +38,19 @@ merges would make.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
-from encoderlab.pretokenizer import basic_tokenize
-from encoderlab.tokenizer import wordpiece
+from encoderlab.pretokenizer import basic_tokenize, is_cjk, lowercase, strip_accents
+from encoderlab.tokenizer import SPECIAL_TOKENS, wordpiece
 from encoderlab.validate import check_int
 
 __all__ = [
+    "vocabulary_stats",
     "CONTINUATION",
     "UNK",
     "SCORES",
@@ -64,6 +67,12 @@ __all__ = [
     "train_vocabulary",
     "bpe_pieces",
     "pieces_per_word",
+    "score_table",
+    "error_of",
+    "unigram_log_likelihood",
+    "load_reference",
+    "compare_with_reference",
+    "compare_vocabularies",
 ]
 
 CONTINUATION = "##"
@@ -167,6 +176,12 @@ def best_pair(pairs: Mapping, symbols: Mapping, score: str = "ratio", min_count:
     if score == "ratio":  # the floats only shortlist; exact fractions decide
         near = [p for p, x in scores.items() if x >= top * (1 - 1e-9)]
         return min(near, key=lambda p: (-Fraction(pairs[p], symbols[p[0]] * symbols[p[1]]), p))
+    if score == "gain":  # the sums of logs only shortlist; the one-expression gain decides,
+        # so pairs with the same count(a b) and count(a) * count(b) tie exactly
+        n_symbols = sum(symbols.values())
+        near = [p for p, x in scores.items() if x >= top - 1e-9 * abs(top)]
+        return min(near, key=lambda p: (-pair_score(pairs[p], symbols[p[0]], symbols[p[1]],
+                                                    n_symbols, "gain"), p))
     return min(p for p, x in scores.items() if x == top)
 
 
@@ -314,3 +329,186 @@ def pieces_per_word(counts: Mapping[str, int], split) -> float:
     if total == 0:
         raise ValueError("no words to count: counts is empty.")
     return sum(len(split(word)) * n for word, n in counts.items()) / total
+
+
+def score_table(counts: Mapping[str, int], per_line: int = 3) -> str:
+    """The first step of training on ``counts``, as text (Lesson 2, §3): every symbol's count
+    and N, then each adjacent pair with its count and its likelihood gain, ``per_line`` pairs
+    to a line: ``h ##u (15, 17.2)`` is the pair h ##u, seen 15 times, gain 17.2."""
+    if not counts:
+        raise ValueError("counts is empty: pass a dict from word to how often it occurs.")
+    check_int(per_line, "per_line", at_least=1, what="pairs per line")
+    splits = {word: split_word(word) for word in counts}
+    symbols, pairs = count_symbols_and_pairs(splits, counts)
+    n_symbols = sum(symbols.values())
+    cells = [f"{a} {b} ({n}, {pair_score(n, symbols[a], symbols[b], n_symbols, 'gain'):.1f})"
+             for (a, b), n in pairs.items()]
+    label = "pairs (count, gain): "
+    lines = ["symbol counts: " + ", ".join(f"{s} {n}" for s, n in symbols.items())
+             + f"; N = {n_symbols}"]
+    for start in range(0, len(cells), per_line):
+        lines.append((label if start == 0 else " " * len(label))
+                     + " · ".join(cells[start:start + per_line]))
+    return "\n".join(lines)
+
+
+def error_of(call, *args, **kwargs) -> str:
+    """What ``call(*args, **kwargs)`` raises, as ``"ValueError: message"``, or ``"no error"``
+    (Lesson 2, §5: what each part of the pipeline says about a sequence that is too long)."""
+    if not callable(call):
+        raise ValueError(f"error_of() expects something to call first, got "
+                         f"{type(call).__name__}. Pass the function, then its arguments: "
+                         "error_of(tokenizer, text).")
+    try:
+        call(*args, **kwargs)
+    except Exception as error:  # whatever it raises, show it
+        return f"{type(error).__name__}: {error}"
+    return "no error"
+
+
+def unigram_log_likelihood(train_counts: Mapping[str, int], held_counts: Mapping[str, int],
+                           vocabulary: TrainedVocabulary) -> float:
+    """Log-likelihood per held-out word under a unigram model of pieces (Lesson 2, §3).
+
+    The model is what the likelihood gain maximises: each piece drawn independently, with
+    probability fitted on the training words as ``vocabulary`` splits them, add-one smoothed
+    over the vocabulary so that a piece unseen in training has a probability. Higher is better.
+    """
+    if not held_counts or not train_counts:
+        raise ValueError("train_counts and held_counts must both hold words.")
+    piece_counts: Counter[str] = Counter()
+    for word, n in train_counts.items():
+        for piece in vocabulary.split(word):
+            piece_counts[piece] += n
+    denominator = sum(piece_counts.values()) + len(vocabulary)
+    total = sum(n * sum(math.log((piece_counts[p] + 1) / denominator)
+                        for p in vocabulary.split(word))
+                for word, n in held_counts.items())
+    return total / sum(held_counts.values())
+
+
+def load_reference(path=None):
+    """Hugging Face's fast BERT tokenizer and ``BertModel`` on the course's MiniLM files, or
+    ``(None, None)`` when ``transformers`` is not installed (Lesson 2).
+
+    Its progress bars and warnings are switched off: the lesson goes past 512 tokens on purpose.
+    """
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import transformers
+    except ImportError:
+        return None, None
+    from encoderlab.pretrained import find_weights
+
+    path = find_weights() if path is None else path
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    reference_tokenizer = transformers.BertTokenizerFast.from_pretrained(path)
+    reference_model = transformers.BertModel.from_pretrained(path).eval()
+    return reference_tokenizer, reference_model
+
+
+def compare_with_reference(tokenizer, reference, calls) -> int:
+    """Call both tokenizers with each ``(args, kwargs)`` of ``calls`` and compare every field:
+    ids, segment ids, attention mask, word ids and offsets (Lesson 2, §8).
+
+    Returns the number of calls; raises AssertionError naming the first call that differs.
+    """
+    calls = list(calls)
+    if not calls:
+        raise ValueError("calls is empty: pass (args, kwargs) pairs, e.g. [(('a text',), {})].")
+    for args, kwargs in calls:
+        ours = tokenizer(*args, **kwargs, return_word_ids=True, return_offsets_mapping=True)
+        ref = reference(*args, **kwargs, return_offsets_mapping=True)
+        for field in ("input_ids", "token_type_ids", "attention_mask"):
+            assert ours[field] == ref[field], (args, kwargs, field)
+        batched = isinstance(args[0], list)
+        for r in range(len(args[0]) if batched else 1):
+            ref_spans = ref["offset_mapping"][r] if batched else ref["offset_mapping"]
+            our_spans = ours["offset_mapping"][r] if batched else ours["offset_mapping"]
+            assert ours.word_ids(r) == ref.word_ids(r), (args, kwargs, "word ids")
+            assert [tuple(s) for s in ref_spans] == list(our_spans), (args, kwargs, "offsets")
+    return len(calls)
+
+
+def compare_vocabularies(trained: Mapping[str, TrainedVocabulary], train_counts, held_counts,
+                         sizes) -> dict[str, list[float]]:
+    """Rows of Lesson 2, §3's comparison, one value per size in ``sizes``: for each trained
+    vocabulary, pieces per held-out word and held-out log-likelihood per word
+    (:func:`unigram_log_likelihood`); for ``trained["BPE"]`` also its pieces split by greedy
+    longest-match instead of its merges."""
+    if not trained or not sizes:
+        raise ValueError("pass at least one trained vocabulary and one size.")
+    rows = {}
+    for name, vocabulary in trained.items():
+        rows[f"{name}, pieces per word"] = [
+            pieces_per_word(held_counts, vocabulary.truncated(s).split) for s in sizes]
+    if "BPE" in trained:
+        piece_sets = [frozenset(trained["BPE"].truncated(s).pieces) for s in sizes]
+        rows["BPE's vocabulary, split greedily"] = [
+            pieces_per_word(held_counts, lambda w, p=pieces: wordpiece(w, p))
+            for pieces in piece_sets]
+    for name, vocabulary in trained.items():
+        rows[f"{name}, log-likelihood per word"] = [
+            unigram_log_likelihood(train_counts, held_counts, vocabulary.truncated(s))
+            for s in sizes]
+    return rows
+
+
+def vocabulary_stats(vocab) -> dict:
+    """What a WordPiece vocabulary holds, counted (Lesson 2, §3).
+
+    ``vocab`` is a :class:`WordPieceTokenizer` or its list of tokens (token i
+    has id i). The entries fall into four groups that add up to ``size``:
+    ``special`` (the five special tokens, as a dict token -> id), ``unused``
+    (the ``[unused…]`` placeholder slots), ``continuation`` (pieces starting
+    with ``##``, which may only continue a word) and ``word_start`` (all the
+    others, which may begin one). Also counted: ``single_characters``
+    (word-start entries of one character), ``single_continuations`` (``##``
+    plus one character), ``alphabet_closed`` (True when every single
+    character also exists as a ``##`` continuation, so any word spelled in
+    those characters can be split), ``cjk_characters``, ``non_ascii``,
+    ``has_upper_case`` and ``has_accents`` (entries that lower-casing or
+    accent stripping would change, specials excepted), and the longest
+    entry of each kind.
+    """
+    tokens = getattr(vocab, "ids_to_tokens", vocab)
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (list, tuple)):
+        raise ValueError(
+            "vocabulary_stats() expects a WordPieceTokenizer or its list of tokens (token i has "
+            f"id i), got {type(vocab).__name__}. Pass the tokenizer, or "
+            "read_vocab_file(path) for a vocab.txt."
+        )
+    for i, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise ValueError(f"the vocabulary must hold only str tokens: item {i} is "
+                             f"{type(token).__name__} ({token!r}). Read it with "
+                             "read_vocab_file(path).")
+    ids = {token: i for i, token in enumerate(tokens)}
+    special = {token: ids[token] for token in SPECIAL_TOKENS if token in ids}
+    unused = [t for t in tokens if re.fullmatch(r"\[unused\d+\]", t)]
+    continuation = [t for t in tokens if t.startswith(CONTINUATION) and len(t) > len(CONTINUATION)]
+    excluded = set(special) | set(unused) | set(continuation)
+    word_start = [t for t in tokens if t not in excluded]
+    singles = {t for t in word_start if len(t) == 1}
+    single_continuations = {t[len(CONTINUATION):] for t in continuation if len(t) == 3}
+    ordinary = word_start + continuation
+    return {
+        "size": len(tokens),
+        "special": special,
+        "unused": len(unused),
+        "continuation": len(continuation),
+        "word_start": len(word_start),
+        "single_characters": len(singles),
+        "single_continuations": len(single_continuations),
+        "alphabet_closed": singles <= single_continuations,
+        "cjk_characters": sum(is_cjk(t) for t in singles),
+        "non_ascii": sum(not t.isascii() for t in ordinary),
+        "has_upper_case": sum(lowercase(t) != t for t in ordinary),
+        "has_accents": sum(strip_accents(t) != t for t in ordinary),
+        "longest_word_start": max(word_start, key=len, default=""),
+        "longest_continuation": max(continuation, key=len, default=""),
+    }

@@ -1,15 +1,14 @@
-"""Looking inside the encoder stack: parameters, attention, [CLS], norms, gradients (Lesson 4).
+"""Looking inside the encoder stack: attention, [CLS], norms (Lesson 4; parameter counts are in
+:mod:`encoderlab.lessons.l04_count`).
 
 Every function here reads what :class:`encoderlab.encoder.EncoderModel` already returns
 (``hidden_states``: L + 1 tensors ``(b, n, d)``; ``attentions``: L tensors ``(b, h, n, n)``) or
 its config, and reduces it to the few numbers a figure of Lesson 4 shows:
 
-    breakdown = parameter_breakdown(config)  # {"token embeddings": V d, ...}, sums to the count
     on_cls = attention_to_tokens(out.attentions, ids, CLS_ID, attention_mask)  # (L, h)
     summary = cls_similarity_by_depth(out.hidden_states, attention_mask)  # (L + 1,)
     same = similarity_across_sequences_of(out.hidden_states, input_ids == SEP_ID)  # (L + 1,)
     norms = residual_norms(out.hidden_states, attention_mask)  # (L + 1, real tokens)
-    grads = gradient_norms_by_layer(model, loss)  # L floats; parameter=... for one matrix
 
 Padding is always left out: a [PAD] position is neither a query nor a key that counts, and its
 vector is never averaged in.
@@ -17,31 +16,16 @@ vector is never averaged in.
 
 from __future__ import annotations
 
-import math
-import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import torch
-from safetensors import safe_open
 from torch import nn
+from torch.nn import functional as F
 
-from encoderlab.encoder import EncoderConfig
-from encoderlab.pretrained import (
-    CHECKED_BUFFERS,
-    WEIGHTS_FILE,
-    checkpoint_name_map,
-    config_from_json,
-    find_weights,
-)
 from encoderlab.validate import is_int, shape_of
 
 __all__ = [
-    "PARTS",
-    "parameter_breakdown",
-    "part_of",
-    "model_breakdown",
-    "checkpoint_parameter_count",
-    "checkpoint_breakdown",
     "attention_to_tokens",
     "similarity_to_mean",
     "cls_similarity_by_depth",
@@ -49,140 +33,17 @@ __all__ = [
     "similarity_across_sequences_of",
     "residual_norms",
     "layer_to_layer_similarity",
-    "initialise",
-    "gradient_norms_by_layer",
     "value_contributions",
     "hide_keys",
     "mean_pool",
     "block_without_residual",
-    "flops_per_layer",
-    "attention_crossover",
+    "residual_similarity",
+    "contributions_by_layer",
+    "values_zeroed",
+    "sink_interventions",
+    "summary_by_depth",
 ]
 
-# The parts of an encoder's parameter count, in the order a table lists them (Lesson 4, §5).
-PARTS = (
-    "token embeddings",  # E_token: V x d
-    "position embeddings",  # E_position: n_max x d
-    "segment embeddings",  # E_segment: 2 x d
-    "embedding LayerNorm",  # gain and bias: 2d
-    "attention",  # W_Q, W_K, W_V, W_O and their biases, all L blocks
-    "MLP",  # up d -> d_ff and down d_ff -> d with biases, all L blocks
-    "block LayerNorms",  # two per block, gain and bias each
-    "final LayerNorm",  # pre-LN stacks only
-    "pooler",  # BERT's tanh layer on [CLS]
-)
-
-# --- Parameter count, part by part (Lesson 4, §5) ---------------------------------------------
-
-
-def parameter_breakdown(config: EncoderConfig) -> dict[str, int]:
-    """Parameters of ``EncoderModel(config)`` by part, by formula; the values sum to the count.
-
-    (Lesson 4, §5.) The keys are :data:`PARTS` in order, without the parts the config does not
-    have ("final LayerNorm" exists only for ``norm="pre"``, "pooler" only for ``pooler=True``).
-    Block parts are totals over all L blocks. ``sum(parameter_breakdown(c).values())`` equals
-    :func:`encoderlab.encoder.count_parameters` ``(c)``.
-    """
-    if not isinstance(config, EncoderConfig):
-        raise ValueError(
-            f"parameter_breakdown() needs an EncoderConfig, got {type(config).__name__}; "
-            "build one with EncoderConfig(d_model=..., n_layers=...), or use model.config."
-        )
-    d, f, L = config.d_model, config.d_ff, config.n_layers
-    parts = {
-        "token embeddings": config.vocab_size * d,
-        "position embeddings": config.n_max * d,
-        "segment embeddings": config.n_segments * d,
-        "embedding LayerNorm": 2 * d,
-        "attention": L * 4 * (d * d + d),  # four d x d matrices, four biases
-        "MLP": L * ((d * f + f) + (f * d + d)),  # up and down, with biases
-        "block LayerNorms": L * 2 * (2 * d),  # after attention and after the MLP
-    }
-    if config.norm == "pre":
-        parts["final LayerNorm"] = 2 * d
-    if config.pooler:
-        parts["pooler"] = d * d + d
-    return parts
-
-
-def part_of(name: str) -> str:
-    """The :data:`PARTS` entry a parameter of :class:`EncoderModel` belongs to (Lesson 4, §5).
-
-    ``name`` is a name from ``model.named_parameters()``, e.g. ``"blocks.3.mlp.w_1.weight"``.
-    """
-    pieces = name.split(".")
-    if pieces[0] == "embeddings" and len(pieces) >= 2:
-        table = {"token": "token embeddings", "position": "position embeddings",
-                 "segment": "segment embeddings", "norm": "embedding LayerNorm"}
-        if pieces[1] in table:
-            return table[pieces[1]]
-    if pieces[0] == "blocks" and len(pieces) >= 3:
-        table = {"attention": "attention", "mlp": "MLP", "norm_1": "block LayerNorms",
-                 "norm_2": "block LayerNorms"}
-        if pieces[2] in table:
-            return table[pieces[2]]
-    if pieces[0] == "final_norm":
-        return "final LayerNorm"
-    if pieces[0] == "pooler":
-        return "pooler"
-    raise ValueError(
-        f"{name!r} is not a parameter name of encoderlab's EncoderModel (expected names like "
-        "'embeddings.token.weight' or 'blocks.0.attention.w_q.weight'). Pass names from "
-        "model.named_parameters(), or map checkpoint names first with "
-        "pretrained.checkpoint_name_map()."
-    )
-
-
-def _group(named_sizes) -> dict[str, int]:
-    totals = {part: 0 for part in PARTS}
-    for name, size in named_sizes:
-        totals[part_of(name)] += int(size)
-    return {part: total for part, total in totals.items() if total}
-
-
-def model_breakdown(model: nn.Module) -> dict[str, int]:
-    """The parameters a built model really holds, grouped like :func:`parameter_breakdown`."""
-    return _group((name, p.numel()) for name, p in model.named_parameters())
-
-
-def _checkpoint_shapes(path) -> tuple[dict[str, tuple[int, ...]], EncoderConfig]:
-    """Every tensor's shape in model.safetensors (read from its header, no data) and the config."""
-    folder = find_weights(path)
-    with safe_open(str(folder / WEIGHTS_FILE), "pt") as f:
-        shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
-    return shapes, config_from_json(folder / "config.json")
-
-
-def checkpoint_parameter_count(path: str | os.PathLike | None = None) -> int:
-    """The sum of the tensor sizes in the checkpoint's model.safetensors (Lesson 4, §5).
-
-    Stored buffers that are not parameters (``embeddings.position_ids``, the list
-    ``pretrained.CHECKED_BUFFERS``) are left out. ``path`` is found as in
-    :func:`encoderlab.pretrained.find_weights`.
-    """
-    shapes, _ = _checkpoint_shapes(path)
-    return sum(math.prod(shape) for name, shape in shapes.items() if name not in CHECKED_BUFFERS)
-
-
-def checkpoint_breakdown(path: str | os.PathLike | None = None) -> dict[str, int]:
-    """The checkpoint's parameters grouped like :func:`parameter_breakdown` (Lesson 4, §5).
-
-    Each checkpoint name goes through the loader's name map
-    (:func:`encoderlab.pretrained.checkpoint_name_map`) to the library's name, then to its part.
-    """
-    shapes, config = _checkpoint_shapes(path)
-    name_map = checkpoint_name_map(config.n_layers)
-    unknown = sorted(set(shapes) - set(name_map) - set(CHECKED_BUFFERS))
-    if unknown:
-        raise ValueError(
-            f"the checkpoint holds tensors the name map does not know: {unknown[:5]}; it is not "
-            "a BERT-style checkpoint that encoderlab can load."
-        )
-    return _group(
-        (name_map[name], math.prod(shape))
-        for name, shape in shapes.items()
-        if name not in CHECKED_BUFFERS
-    )
 
 
 # --- Shared checks ------------------------------------------------------------------------------
@@ -404,91 +265,15 @@ def layer_to_layer_similarity(
 # --- Initialisation and gradients (Lesson 4, §7) ----------------------------------------------
 
 
-def initialise(model: nn.Module, scheme: str = "xavier") -> nn.Module:
-    """Re-draw a model's weights in place with a named scheme; returns the model (Lesson 4, §7).
-
-    ``"xavier"``: Xavier-uniform weights and zero biases for every ``nn.Linear`` (the original
-    Transformer's scheme, and the setting of the classic post-LN vs pre-LN analysis).
-    ``"bert"``: normal weights with standard deviation 0.02 for every ``nn.Linear`` and
-    ``nn.Embedding``, zero biases, LayerNorm gains 1 and biases 0 (BERT's scheme).
-    Draws from torch's global generator: seed it first for a reproducible model.
-    """
-    if scheme not in ("xavier", "bert"):
-        raise ValueError(
-            f"scheme must be 'xavier' or 'bert', got {scheme!r}. (A freshly built model "
-            "already has PyTorch's default initialisation; to keep it, do not call initialise.)"
-        )
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.Linear):
-                if scheme == "xavier":
-                    nn.init.xavier_uniform_(module.weight)
-                else:
-                    nn.init.normal_(module.weight, std=0.02)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding) and scheme == "bert":
-                nn.init.normal_(module.weight, std=0.02)
-            elif isinstance(module, nn.LayerNorm) and scheme == "bert":
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-    return model
-
-
 def _blocks_of(model: nn.Module) -> nn.ModuleList:
     for candidate in (model, getattr(model, "encoder", None)):
         blocks = getattr(candidate, "blocks", None)
         if isinstance(blocks, nn.ModuleList):
             return blocks
     raise ValueError(
-        f"gradient_norms_by_layer() looks for the stack's blocks in model.blocks (EncoderModel) "
+        f"this function looks for the stack's blocks in model.blocks (EncoderModel) "
         f"or model.encoder.blocks (TinyLM); {type(model).__name__} has neither."
     )
-
-
-def gradient_norms_by_layer(
-    model: nn.Module, loss: torch.Tensor, parameter: str | None = None
-) -> list[float]:
-    """The norm of d loss / d (all parameters of block l), for l = 1..L: L floats (Lesson 4, §7).
-
-    Each entry is the Euclidean norm of the gradient of one block's parameters taken together
-    (attention, MLP and both LayerNorms). ``parameter`` names one tensor inside each block
-    instead, e.g. ``"mlp.w_2.weight"``: the MLP's second matrix, the W^{2,l} whose gradient
-    Xiong et al. (2020) analyse. The gradients are computed with ``torch.autograd.grad``:
-    nothing is stored in ``.grad``, and the graph is kept, so the same loss can still be
-    back-propagated afterwards.
-    """
-    blocks = _blocks_of(model)
-    if parameter is not None:
-        names = dict(blocks[0].named_parameters()) if len(blocks) else {}
-        if not isinstance(parameter, str) or parameter not in names:
-            raise ValueError(
-                f"parameter must name one parameter of a block, one of {sorted(names)}, "
-                f"got {parameter!r}."
-            )
-    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-        got = shape_of(loss)
-        raise ValueError(f"loss must be a scalar tensor (0-d), got {got}; reduce it with .mean().")
-    if loss.grad_fn is None:
-        raise ValueError(
-            "loss has no gradient graph: was it computed under torch.no_grad() or from "
-            "detached tensors? Compute it with gradients enabled."
-        )
-    if parameter is None:
-        groups = [[p for p in block.parameters() if p.requires_grad] for block in blocks]
-    else:
-        groups = [[dict(block.named_parameters())[parameter]] for block in blocks]
-    flat = [p for group in groups for p in group]
-    grads = torch.autograd.grad(loss, flat, retain_graph=True, allow_unused=True)
-    norms, k = [], 0
-    for group in groups:
-        squares = sum(
-            (g.double().pow(2).sum() for g in grads[k:k + len(group)] if g is not None),
-            torch.zeros((), dtype=torch.float64),
-        )
-        norms.append(float(squares.sqrt()))
-        k += len(group)
-    return norms
 
 
 # --- What attention to a token contributes (Lesson 4, §6) --------------------------------------
@@ -585,39 +370,141 @@ def block_without_residual(block: nn.Module, h: torch.Tensor, mask=None) -> torc
     return block.norm_2(block.mlp(h))  # no "+ h'": (b, n, d)
 
 
-# --- What a block costs in arithmetic (Lesson 4, §5) --------------------------------------------
+def residual_similarity(blocks, hidden_states, attention_mask=None) -> dict[str, torch.Tensor]:
+    """What the residual connection keeps of each token, block by block (Lesson 4, §2).
 
-
-def flops_per_layer(config: EncoderConfig, n: int) -> dict[str, int]:
-    """Floating-point operations of one encoder block on one sequence of n tokens (Lesson 4, §5).
-
-    Matrix products only, 2 operations (a multiply and an add) per multiply-accumulate:
-    ``"projections"`` W_Q, W_K, W_V, W_O: 4 x 2 n d^2; ``"MLP"``: 2 x 2 n d d_ff;
-    ``"attention"`` (QK^T and AV, all heads together): 2 x 2 n^2 d. With d_ff = 4d that is
-    24 n d^2 + 4 n^2 d. Biases, softmax, LayerNorm and GELU (O(n d) and O(h n^2)) are left out.
+    Three (L,) tensors, each a mean cosine over the real tokens of every sequence:
+    ``"with the residual"``, cos(h_i^(l-1), h_i^(l)); ``"residual removed"``, the same block's
+    weights run without identity paths (:func:`block_without_residual`); ``"other positions"``,
+    cos(h_i^(l-1), h_j^(l)) for j != i, the level two unrelated vectors of this model reach.
+    ``blocks``: the model's post-LN blocks; ``hidden_states``: its L + 1 tensors (b, n, d).
     """
-    if not isinstance(config, EncoderConfig):
-        raise ValueError(
-            f"flops_per_layer() needs an EncoderConfig, got {type(config).__name__}."
-        )
-    if not is_int(n) or n < 1:
-        raise ValueError(f"n must be a number of tokens, an int >= 1, got {n!r}.")
-    d, f = config.d_model, config.d_ff
+    hs = _stack(hidden_states, "hidden states, L + 1 tensors (b, n, d)", 4, "hidden_states")
+    if len(blocks) != hs.shape[0] - 1:
+        raise ValueError(f"need L + 1 = {len(blocks) + 1} hidden states for {len(blocks)} "
+                         f"blocks, got {hs.shape[0]}: pass model.blocks and out.hidden_states.")
+    _, b, n, _ = hs.shape
+    real = _real_tokens(attention_mask, b, n, hs.device)  # (b, n)
+    pairs = real[:, :, None] & real[:, None, :] & ~torch.eye(n, dtype=torch.bool)  # (b, n, n)
+    keys = real[:, None, None, :]  # (b, 1, 1, n): hide [PAD] keys
+    result: dict[str, list[float]] = {"with the residual": [], "residual removed": [],
+                                      "other positions": []}
+    for l, block in enumerate(blocks):
+        h_in, h_out = hs[l], hs[l + 1]  # (b, n, d) each
+        with torch.no_grad():
+            h_plain = block_without_residual(block, h_in, mask=keys)  # (b, n, d)
+        result["with the residual"].append(F.cosine_similarity(h_in, h_out, dim=-1)[real].mean())
+        result["residual removed"].append(F.cosine_similarity(h_in, h_plain, dim=-1)[real].mean())
+        across = F.cosine_similarity(h_in[:, :, None], h_out[:, None], dim=-1)  # (b, n, n)
+        result["other positions"].append(across[pairs].mean())
+    return {name: torch.stack(values) for name, values in result.items()}
+
+
+def contributions_by_layer(model: nn.Module, hidden_states, attentions, input_ids: torch.Tensor,
+                           token_id: int, attention_mask=None) -> dict[str, torch.Tensor]:
+    """Weight against contribution of the keys holding ``token_id``, layer by layer
+    (Lesson 4, §6). Four (L,) tensors, means over heads and real queries (or keys):
+    ``"weight"``, the attention weight on the token (:func:`attention_to_tokens`);
+    ``"share added"``, its share of sum_j ||A_ij f_k(h_j)|| (:func:`value_contributions`);
+    ``"|f(token)|"`` and ``"|f(other keys)|"``, the norms ||f_k(h_j)|| of what the token and
+    the other real keys would supply at full weight."""
+    blocks = _blocks_of(model)
+    hs = _stack(hidden_states, "hidden states, L + 1 tensors (b, n, d)", 4, "hidden_states")
+    att = _stack(attentions, "attention weights, L tensors (b, h, n, n)", 5, "attentions")
+    if len(blocks) != att.shape[0] or hs.shape[0] != att.shape[0] + 1:
+        raise ValueError(f"{len(blocks)} blocks need {len(blocks) + 1} hidden states and "
+                         f"{len(blocks)} attention tensors, got {hs.shape[0]} and {att.shape[0]}.")
+    _, b, n, _ = hs.shape
+    real = _real_tokens(attention_mask, b, n, hs.device)  # (b, n)
+    is_token = input_ids == token_id  # (b, n)
+    shares, sizes_token, sizes_other = [], [], []
+    for l, block in enumerate(blocks):
+        added = value_contributions(block.attention, hs[l], att[l])  # (b, h, n, n)
+        shares.append(added / added.sum(dim=-1, keepdim=True))  # each query's row sums to 1
+        # with every weight 1, entry (., ., i, j) is ||f_k(h_j)|| itself: take query row 0
+        size = value_contributions(block.attention, hs[l], torch.ones_like(att[l]))[:, :, 0]
+        sizes_token.append(size.transpose(1, 2)[is_token].mean())  # size: (b, h, n)
+        sizes_other.append(size.transpose(1, 2)[real & ~is_token].mean())
+    share = attention_to_tokens(shares, input_ids, token_id, attention_mask).mean(dim=1)
+    weight = attention_to_tokens(att, input_ids, token_id, attention_mask).mean(dim=1)
+    return {"weight": weight, "share added": share,
+            "|f(token)|": torch.stack(sizes_token), "|f(other keys)|": torch.stack(sizes_other)}
+
+
+@contextmanager
+def values_zeroed(model: nn.Module, where: torch.Tensor) -> Iterator[nn.Module]:
+    """Within ``with``, every layer's value vectors h_j W_V + b_V are 0 at the positions where
+    ``where`` (b, n, bool) is True (Lesson 4, §6). The attention weights are unchanged: a
+    query still puts the same weight on those keys, but fetches nothing from them. A forward
+    hook on each block's ``attention.w_v``; removed on leaving the block."""
+    if not isinstance(where, torch.Tensor) or where.dtype != torch.bool or where.dim() != 2:
+        raise ValueError(f"where must be a (b, n) bool tensor of the positions whose values to "
+                         f"zero, e.g. input_ids == cls_id, got {shape_of(where)}.")
+
+    def zero(module, inputs, output):  # output: (b, n, d) = h W_V + b_V
+        return output.masked_fill(where[..., None], 0.0)
+
+    handles = [block.attention.w_v.register_forward_hook(zero) for block in _blocks_of(model)]
+    try:
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def sink_interventions(model: nn.Module, batch: Mapping[str, torch.Tensor], cls_id: int,
+                       sep_id: int) -> dict[str, torch.Tensor]:
+    """What [CLS] does for the sentence vectors (Lesson 4, §6): the cosine, per sentence (b,),
+    between the mean-pooled final vectors of the unchanged model and of the model with, in
+    every layer, ``"hide [CLS] as a key"`` (no query may attend to it: :func:`hide_keys`),
+    ``"zero [CLS]'s value"`` (the weight on it kept, what it supplies set to 0) or
+    ``"zero every word's value"`` (the weights kept, nothing fetched from the words) or
+    ``"hide [SEP] as a key"``; and, as a baseline, ``"different sentences"``: each unchanged
+    sentence vector's mean cosine with the other sentences' unchanged vectors (b >= 2)."""
+    if batch["input_ids"].shape[0] < 2:
+        raise ValueError(f"batch must hold at least 2 sentences for the 'different sentences' "
+                         f"baseline, got {batch['input_ids'].shape[0]}.")
+    ids, am = batch["input_ids"], batch["attention_mask"]
+    real = am.bool()
+    words = real & (ids != cls_id) & (ids != sep_id)  # (b, n)
+    with torch.no_grad():
+        unchanged = mean_pool(model(**batch).last_hidden_state, am)  # (b, d)
+
+        def cosine(hidden):  # (b, n, d) -> (b,)
+            return F.cosine_similarity(mean_pool(hidden, am), unchanged)
+
+        result = {"hide [CLS] as a key": cosine(
+            model(**batch, mask=hide_keys(ids, cls_id)).last_hidden_state)}
+        for name, where in (("zero [CLS]'s value", ids == cls_id),
+                            ("zero every word's value", words)):
+            with values_zeroed(model, where):
+                result[name] = cosine(model(**batch).last_hidden_state)
+        result["hide [SEP] as a key"] = cosine(
+            model(**batch, mask=hide_keys(ids, sep_id)).last_hidden_state)
+        pairs = F.cosine_similarity(unchanged[:, None], unchanged[None], dim=-1)  # (b, b)
+        b = len(unchanged)
+        result["different sentences"] = (pairs.sum(dim=1) - pairs.diagonal()) / (b - 1)  # (b,)
+    return result
+
+
+def summary_by_depth(hidden_states, input_ids: torch.Tensor, attention_mask, cls_id: int,
+                     sep_id: int) -> dict[str, torch.Tensor]:
+    """Does [CLS] gather a summary of the sentence? (Lesson 4, §6.) Five (L + 1,) tensors of
+    mean cosines, depth 0 being H^(0): ``"[CLS] vs sentence mean"`` and ``"word vs sentence
+    mean"`` (:func:`similarity_to_mean`, the word tokens being the real tokens other than [CLS]
+    and [SEP]), then ``"[CLS]"``, ``"[SEP]"`` and ``"words"`` ``"across sentences"``
+    (:func:`similarity_across_sequences_of`)."""
+    real = _real_tokens(attention_mask, *input_ids.shape, input_ids.device)  # (b, n)
+    words = real & (input_ids != cls_id) & (input_ids != sep_id)  # (b, n): ordinary tokens
+    if not words.any():
+        raise ValueError("no word tokens: every real token is [CLS] or [SEP].")
+    sim = similarity_to_mean(hidden_states, attention_mask)  # (L + 1, b, n)
     return {
-        "projections": 4 * 2 * n * d * d,  # Q, K, V, O: (n, d) @ (d, d) each
-        "MLP": 2 * 2 * n * d * f,  # up (n, d) @ (d, d_ff), down (n, d_ff) @ (d_ff, d)
-        "attention": 2 * 2 * n * n * d,  # QK^T: (n, d_k) @ (d_k, n) per head; AV likewise
+        "[CLS] vs sentence mean": sim[:, :, 0].mean(dim=1),
+        "word vs sentence mean": torch.stack([s[words].mean() for s in sim]),
+        "[CLS] across sentences": similarity_across_sequences_of(hidden_states,
+                                                                 input_ids == cls_id),
+        "[SEP] across sentences": similarity_across_sequences_of(hidden_states,
+                                                                 input_ids == sep_id),
+        "words across sentences": similarity_across_sequences_of(hidden_states, words),
     }
-
-
-def attention_crossover(config: EncoderConfig) -> int:
-    """The length n at which attention's n^2 term equals the rest of a block (Lesson 4, §5).
-
-    4 n^2 d = 8 n d^2 + 4 n d d_ff  gives  n = 2d + d_ff, that is 6d when d_ff = 4d. Above it,
-    :func:`flops_per_layer`'s ``"attention"`` exceeds projections and MLP together.
-    """
-    if not isinstance(config, EncoderConfig):
-        raise ValueError(
-            f"attention_crossover() needs an EncoderConfig, got {type(config).__name__}."
-        )
-    return 2 * config.d_model + config.d_ff

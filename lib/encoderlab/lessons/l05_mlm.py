@@ -1,24 +1,20 @@
-"""Masked language modelling on the course's offline corpus, and its causal twin (Lesson 5).
+"""Masked language modelling on the course's offline corpus (Lesson 5).
 
 The objective itself lives in :mod:`encoderlab.objectives` (``mlm_corrupt`` and ``mlm_loss``).
 This module holds what Lesson 5 builds on top of it:
 
 - :func:`corpus_data`: the Python-documentation corpus tokenized with a :class:`CompactVocab`;
-- :func:`tiny_config`, :func:`train_tiny_lm`: the same small network trained as an encoder
-  (MLM, :func:`~encoderlab.objectives.mlm_model_loss` on a fresh corruption of every batch) or
-  as a decoder (:func:`~encoderlab.objectives.next_token_loss`);
+- :func:`tiny_config`, :func:`train_tiny_lm`: the small encoder trained with MLM
+  (:func:`~encoderlab.objectives.mlm_model_loss` on a fresh corruption of every batch, half the
+  sentences cut early by :func:`cut_at_random`);
 - :func:`held_out_loss`, :func:`train_selected`: training that evaluates the held-out
   validation loss every few steps and keeps the best checkpoint;
-- :data:`RECIPES` (``l5-mlm``, ``l5-causal``) for ``python -m encoderlab train NAME``, and
-  :func:`load_tiny_lm` to read them back (:func:`check_artefact_data` refuses other data);
-- :func:`fill_mask`, :func:`blank_sets`, :func:`blank_accuracy`: what each model predicts for a
-  hidden word, the encoder from the whole sentence, the decoder from the words on its left;
-- :func:`word_pairs`, :func:`fill_two`: two adjacent hidden words, filled independently from
-  one pass or one at a time (why an MLM is a fill-in model, not a generator);
-- :func:`loss_positions`: how many positions per sequence carry a loss under each objective.
+- :data:`RECIPES` (``l5-mlm``) for ``python -m encoderlab train l5-mlm``, and
+  :func:`load_tiny_lm` to read it back (:func:`check_artefact_data` refuses other data);
+- what the trained encoder predicts for hidden words is in :mod:`encoderlab.lessons.l05_blanks`.
 
-Everything is deterministic given its seeds (and, for the trained artefacts, the thread count:
-the committed ones were made with ``OMP_NUM_THREADS=1``).
+Everything is deterministic given its seeds (and, for the trained artefact, the thread count:
+the committed one was made with ``OMP_NUM_THREADS=1``).
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ from encoderlab.data import (
 )
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM
-from encoderlab.objectives import mlm_corrupt, mlm_model_loss, next_token_loss
+from encoderlab.objectives import mlm_corrupt, mlm_model_loss
 from encoderlab.pretrained import find_weights
 from encoderlab.tokenizer import WordPieceTokenizer
 from encoderlab.validate import check_int, check_positive_int
@@ -63,15 +59,8 @@ __all__ = [
     "train_selected",
     "load_tiny_lm",
     "check_artefact_data",
-    "fill_mask",
-    "BlankSet",
-    "blank_sets",
-    "blank_hits",
-    "blank_accuracy",
-    "word_pairs",
-    "fill_two",
-    "loss_positions",
-    "smooth",
+    "cut_at_random",
+    "CUT_SHARE",
     "RECIPES",
 ]
 
@@ -80,16 +69,15 @@ MAX_LENGTH = 64  # tokens per sentence, [CLS] and [SEP] included; longer sentenc
 # The tiny network of Lesson 5: about 1 M parameters, a third of them in the output layer.
 TINY_SIZES = {"d_model": 128, "n_heads": 4, "n_layers": 2, "d_ff": 512, "dropout": 0.0}
 
-# How both recipes train: the same batches and optimiser for the encoder and the decoder, and
-# the same rule for the checkpoint kept: the one with the lowest validation loss, measured every
-# ``eval_every`` steps. ``steps`` is the default of train_tiny_lm; RECIPE_STEPS sets each run.
+# How the encoder trains, and the rule for the checkpoint kept: the one with the lowest
+# validation loss, measured every ``eval_every`` steps. ``steps`` is the default of
+# train_tiny_lm; RECIPE_STEPS sets the committed run.
 TRAINING = {"steps": 1500, "batch_size": 32, "lr": 1e-3, "weight_decay": 0.01, "seed": 0,
             "eval_every": 100}
 
-# How long each committed artefact trains (its checkpoint is still chosen by validation loss).
-# The decoder reaches its validation minimum within 1,500 steps; the encoder, graded on about
-# 15 % of the positions per step, still improves there, so its run is longer.
-RECIPE_STEPS = {"mlm": 4000, "next-token": TRAINING["steps"]}
+# How long the committed artefact trains (its checkpoint is still chosen by validation loss):
+# graded on about 15 % of the positions per step, the encoder still improves after 1,500 steps.
+RECIPE_STEPS = {"mlm": 4000}
 
 
 # --- The corpus ---------------------------------------------------------------------------------
@@ -185,7 +173,7 @@ def vocab_from_tokens(tokenizer, tokens: list[str]) -> CompactVocab:
     return CompactVocab.from_tokens(tokenizer, tokens)
 
 
-# --- The model and its two objectives -----------------------------------------------------------
+# --- The model and its objective ----------------------------------------------------------------
 
 
 def tiny_config(vocab_size: int, **overrides) -> EncoderConfig:
@@ -206,55 +194,74 @@ def _fresh_mlm_loss(model: TinyLM, input_ids, attention_mask, vocab: CompactVoca
     return mlm_model_loss(model, inputs, attention_mask, labels)[0]
 
 
-OBJECTIVES = ("mlm", "next-token")
+OBJECTIVES = ("mlm", "next-token")  # what loss_positions counts (§7)
 
 
 def train_tiny_lm(
     data: CorpusData,
-    objective: str,
     steps: int = TRAINING["steps"],
     seed: int = TRAINING["seed"],
     progress: bool = True,
     description: str | None = None,
     **sizes,
 ) -> tuple[TinyLM, list[float]]:
-    """Train the tiny network on ``data`` with one objective; return (model, loss per step) (§2).
+    """Train the tiny encoder on ``data`` with MLM; return (model, loss per step) (Lesson 5, §3).
 
-    - ``"mlm"``: ``TinyLM(config, causal=False)``, the MLM loss on a new corruption per batch;
-    - ``"next-token"``: ``TinyLM(config, causal=True)``, the next-token loss.
-
-    Both start from the same initial weights (``seed``) and see the same batches in the same
-    order (:data:`TRAINING`: batch 32, AdamW at lr 1e-3, weight decay 0.01). ``sizes`` override
+    ``TinyLM(config, causal=False)``; every batch has :data:`CUT_SHARE` of its sentences cut
+    early (:func:`cut_at_random`) and a new corruption (15 %, 80/10/10). :data:`TRAINING`: batch
+    32, AdamW at lr 1e-3, weight decay 0.01, initial weights from ``seed``. ``sizes`` override
     :data:`TINY_SIZES`. The model comes back in eval mode.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(
-            f"objective must be one of {OBJECTIVES}, got {objective!r}: 'mlm' trains an encoder "
-            "(bidirectional, masked tokens), 'next-token' a decoder (causal mask)."
-        )
-    return _train(data, objective, steps, seed, progress, description, None, 0, sizes)
+    return _train(data, steps, seed, progress, description, None, 0, sizes)
 
 
-def _train(data, objective, steps, seed, progress, description, after, every, sizes):
+def cut_at_random(input_ids: torch.Tensor, attention_mask: torch.Tensor, sep_id: int,
+                  generator: torch.Generator, share: float = 0.5
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut a ``share`` of the sentences at a random point and close them with [SEP] (§3, §5).
+
+    A row ``[CLS] x_1 .. x_k [SEP]`` that is cut keeps ``[CLS] x_1 .. x_c`` for a c drawn
+    uniformly from 1..k-1, then ``sep_id``, then padding: an input that ends early, as the
+    left-only reading of §5 does, is then something the model has seen in training. Rows with
+    fewer than two tokens between [CLS] and [SEP] are left whole. Returns new (ids, mask), (b, n).
+    """
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must be a probability in [0, 1], got {share}.")
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask must have the shape of input_ids "
+                         f"{tuple(input_ids.shape)}, got {tuple(attention_mask.shape)}.")
+    k = attention_mask.sum(dim=1) - 2  # (b,): tokens between [CLS] and [SEP]
+    cut = torch.rand(len(k), generator=generator) < share  # (b,): which rows are cut
+    keep = 1 + (torch.rand(len(k), generator=generator) * (k - 1).clamp(min=1)).long()  # 1..k-1
+    cut &= k >= 2
+    end = torch.where(cut, keep + 1, k + 1)[:, None]  # (b, 1): where [SEP] goes
+    columns = torch.arange(input_ids.shape[1])[None, :]  # (1, n)
+    ids = input_ids.masked_fill(columns > end, 0).masked_fill(columns == end, sep_id)
+    return ids, (columns <= end).to(attention_mask.dtype) * (attention_mask != 0)
+
+
+CUT_SHARE = 0.5  # the share of training sentences cut early (§3): see cut_at_random
+
+
+def _train(data, steps, seed, progress, description, after, every, sizes):
     """train_tiny_lm's loop; ``after(model, step)`` runs after every ``every`` steps."""
-    causal = objective == "next-token"
-    torch.manual_seed(seed)  # the initial weights: identical for both objectives
-    model = TinyLM(tiny_config(data.vocab.size, **sizes), causal=causal)
+    torch.manual_seed(seed)  # the initial weights
+    model = TinyLM(tiny_config(data.vocab.size, **sizes), causal=False)
     batches = shuffled_batches(data.train_ids, data.train_mask,
                                batch_size=TRAINING["batch_size"], seed=seed)
     if after is not None:
         batches = _calling_after(batches, model, after, every)
     corruption = torch.Generator().manual_seed(seed + 1)  # MLM's draws, separate from the rest
+    cuts = torch.Generator().manual_seed(seed + 2)  # which sentences end early, and where
 
     def loss_fn(m, batch):
-        ids, mask = trim_padding(*batch)  # (b, n') each
-        if causal:
-            return next_token_loss(m(ids, mask), ids, mask)
+        ids, mask = cut_at_random(*batch, data.vocab.sep_id, cuts, CUT_SHARE)
+        ids, mask = trim_padding(ids, mask)  # (b, n') each
         return _fresh_mlm_loss(m, ids, mask, data.vocab, corruption)
 
     history = train(model, batches, loss_fn, steps=steps, lr=TRAINING["lr"],
                     weight_decay=TRAINING["weight_decay"], seed=seed, progress=progress,
-                    description=description or objective)
+                    description=description or "mlm")
     return model, history
 
 
@@ -274,22 +281,20 @@ def _calling_after(batches, model, after, every):
 @torch.no_grad()
 def held_out_loss(model: TinyLM, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   vocab: CompactVocab, draws: int = 3, seed: int = 100) -> float:
-    """The loss of ``model`` on held-out sentences under its own objective (Lesson 5, §3).
+    """The MLM loss of ``model`` on held-out sentences (whole, none cut) (Lesson 5, §3).
 
-    A causal model: the next-token loss at every position. A bidirectional one: the MLM loss,
-    averaged over ``draws`` corruptions drawn from seeds ``seed``, ``seed + 1``, ... — the same
+    Averaged over ``draws`` corruptions drawn from seeds ``seed``, ``seed + 1``, ... — the same
     corruptions at every call, so two checkpoints are compared on the same questions.
     """
     check_positive_int(draws, "draws")
+    if model.causal:
+        raise ValueError("held_out_loss measures the MLM loss of a bidirectional model; "
+                         "pass the encoder (TinyLM(config, causal=False)).")
     was_training = model.training
     model.eval()
-    if model.causal:
-        loss = next_token_loss(model(input_ids, attention_mask), input_ids,
-                               attention_mask).item()
-    else:
-        loss = sum(_fresh_mlm_loss(model, input_ids, attention_mask, vocab,
-                                   torch.Generator().manual_seed(seed + s)).item()
-                   for s in range(draws)) / draws
+    loss = sum(_fresh_mlm_loss(model, input_ids, attention_mask, vocab,
+                               torch.Generator().manual_seed(seed + s)).item()
+               for s in range(draws)) / draws
     model.train(was_training)
     return loss
 
@@ -309,7 +314,6 @@ class Selection:
 
 def train_selected(
     data: CorpusData,
-    objective: str,
     steps: int = TRAINING["steps"],
     eval_every: int = TRAINING["eval_every"],
     seed: int = TRAINING["seed"],
@@ -334,10 +338,8 @@ def train_selected(
         if not best or loss < best["loss"]:
             best.update(loss=loss, step=step, state=copy.deepcopy(model.state_dict()))
 
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
-    model, history = _train(data, objective, steps, seed, progress, description, measure,
-                            eval_every, sizes)
+    model, history = _train(data, steps, seed, progress, description, measure, eval_every,
+                            sizes)
     if not curve or curve[-1][0] != steps:
         measure(model, steps)  # the final weights are a candidate too
     model.load_state_dict(best["state"])
@@ -349,20 +351,23 @@ def train_selected(
 # --- Trained artefacts --------------------------------------------------------------------------
 
 
-def _recipe(objective: str, steps: int | None, progress: bool):
+def recipe_mlm(steps: int | None = None, progress: bool = True):
+    """Lesson 5: the tiny encoder trained with MLM on the Python-docs corpus: the checkpoint with
+    the lowest validation loss of :data:`RECIPE_STEPS` ``["mlm"]`` steps (4,000)."""
     data = corpus_data()
-    steps = steps or RECIPE_STEPS[objective]
+    steps = steps or RECIPE_STEPS["mlm"]
     eval_every = min(TRAINING["eval_every"], steps)
-    model, history, selection = train_selected(data, objective, steps=steps,
-                                               eval_every=eval_every, progress=progress)
+    model, history, selection = train_selected(data, steps=steps, eval_every=eval_every,
+                                               progress=progress)
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors["history"] = torch.tensor(history, dtype=torch.float32)  # (steps,)
     config = asdict(model.config)
     metadata = {
-        "objective": objective,
+        "objective": "mlm",
         "causal": str(model.causal),
         "steps": str(steps),
-        "training": json.dumps({**TRAINING, "steps": steps, "eval_every": eval_every}),
+        "training": json.dumps({**TRAINING, "steps": steps, "eval_every": eval_every,
+                                "cut_share": CUT_SHARE}),
         "selected_step": str(selection.best_step),
         "validation_curve": json.dumps({"steps": selection.steps,
                                         "losses": [round(v, 6) for v in selection.losses]}),
@@ -375,23 +380,11 @@ def _recipe(objective: str, steps: int | None, progress: bool):
     return tensors, metadata
 
 
-def recipe_mlm(steps: int | None = None, progress: bool = True):
-    """Lesson 5: the tiny encoder trained with MLM on the Python-docs corpus: the checkpoint with
-    the lowest validation loss of :data:`RECIPE_STEPS` ``["mlm"]`` steps (4,000)."""
-    return _recipe("mlm", steps, progress)
-
-
-def recipe_causal(steps: int | None = None, progress: bool = True):
-    """Lesson 5: the same network with a causal mask, on the next token: the checkpoint with the
-    lowest validation loss of :data:`RECIPE_STEPS` ``["next-token"]`` steps (1,500)."""
-    return _recipe("next-token", steps, progress)
-
-
-RECIPES = {"l5-mlm": recipe_mlm, "l5-causal": recipe_causal}
+RECIPES = {"l5-mlm": recipe_mlm}
 
 
 def load_tiny_lm(name: str, artefact=None) -> tuple[TinyLM, list[float], dict[str, str]]:
-    """(model, loss history, metadata) of a trained artefact ``l5-mlm`` or ``l5-causal`` (§2).
+    """(model, loss history, metadata) of the trained artefact ``l5-mlm`` (Lesson 5, §3).
 
     ``artefact`` = (tensors, metadata), as :func:`~encoderlab.course.train.load_artefact` returns,
     reads from memory instead of the committed file. ``metadata["vocab"]`` lists the vocabulary
@@ -401,7 +394,7 @@ def load_tiny_lm(name: str, artefact=None) -> tuple[TinyLM, list[float], dict[st
     if "config" not in metadata or "history" not in tensors:
         raise ValueError(
             f"{name!r} is not a Lesson 5 model artefact (no config or history in it); "
-            "expected one written by `python -m encoderlab train l5-mlm` or `l5-causal`."
+            "expected one written by `python -m encoderlab train l5-mlm`."
         )
     config = EncoderConfig(**json.loads(metadata["config"]))
     model = TinyLM(config, causal=metadata["causal"] == "True")
@@ -431,246 +424,3 @@ def check_artefact_data(metadata: dict[str, str], data: CorpusData) -> None:
                 "Reinstall the course library (its frozen corpora and artefacts ship together) "
                 f"or retrain with `{metadata.get('command', 'python -m encoderlab train NAME')}`."
             )
-
-
-# --- What the models predict for a hidden word --------------------------------------------------
-
-
-@torch.no_grad()
-def fill_mask(
-    model: TinyLM,
-    input_ids: torch.Tensor,  # (n,): one sentence, [CLS] ... [SEP]
-    position: int,
-    mask_id: int,
-    k: int = 5,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``k`` most probable tokens for the hidden token at ``position`` and their probabilities.
-
-    (Lesson 5, §3.) A bidirectional model reads the sentence with ``mask_id`` at ``position`` and
-    predicts from its output there; a causal model (``model.causal``) cannot see that position or
-    anything after it, so it predicts from its output at ``position - 1`` (its next-token
-    distribution given the words on the left). Returns (ids (k,), probabilities (k,)).
-    """
-    ids = torch.as_tensor(input_ids)
-    if ids.dim() != 1:
-        raise ValueError(f"input_ids must be one sentence, shape (n,), got {tuple(ids.shape)}.")
-    if not 1 <= position < len(ids):
-        raise ValueError(
-            f"position must be in 1..{len(ids) - 1} (position 0 is [CLS], with nothing on its "
-            f"left), got {position}."
-        )
-    if model.causal:
-        logits = model(ids[None, :position])[0, -1]  # (V,): the prediction for position t
-    else:
-        masked = ids.clone()
-        masked[position] = mask_id
-        logits = model(masked[None])[0, position]  # (V,)
-    probs = torch.softmax(logits, dim=-1)
-    top = probs.topk(k)
-    return top.indices, top.values
-
-
-@dataclass(frozen=True)
-class BlankSet:
-    """One blank per sentence: the sentences, where the blank is and what it hides (§4)."""
-
-    rule: str
-    input_ids: torch.Tensor  # (m, n): the original sentences, nothing hidden yet
-    attention_mask: torch.Tensor  # (m, n)
-    position: torch.Tensor  # (m,): the blank's position t
-    answer: torch.Tensor  # (m,): the hidden token's id; (m, 2) for the pairs of word_pairs
-
-    def __len__(self) -> int:
-        return len(self.position)
-
-    def right_context(self) -> torch.Tensor:
-        """(m,): how many real tokens follow each blank ([SEP] included)."""
-        return self.attention_mask.sum(dim=1) - 1 - self.position
-
-
-BLANK_RULES = {
-    "early": "the 2nd word, when the sentence starts with two whole words: left context [CLS] w1",
-    "late": "the last whole word, just before the final punctuation: almost all context is left",
-}
-
-
-def _whole_words(tokens: list[str]) -> list[int]:
-    """Positions of tokens that are a whole alphabetic word (not split into ## pieces)."""
-    keep = []
-    for t in range(1, len(tokens) - 1):  # never [CLS] or [SEP]
-        token, after = tokens[t], tokens[t + 1]
-        if token.isalpha() and not after.startswith("##") and token not in CompactVocab.SPECIALS:
-            keep.append(t)
-    return keep
-
-
-def blank_sets(vocab: CompactVocab, sentences: list[str],
-               max_length: int = MAX_LENGTH) -> dict[str, BlankSet]:
-    """Two sets of single-token blanks in ``sentences``, one blank per sentence (Lesson 5, §4).
-
-    A candidate blank is a whole word: an alphabetic token that is not a ``##`` piece, is not
-    followed by one, and has its own id (not [UNK]). :data:`BLANK_RULES` then picks:
-
-    - ``"early"``: the second token, when the first two tokens are both such words: the left
-      context is [CLS] and one word, and most of the sentence comes after it;
-    - ``"late"``: the last such word, when it is directly followed by the sentence's final
-      punctuation and [SEP], so almost the whole sentence is on its left (the control).
-
-    A sentence without such a word is left out of that set.
-    """
-    ids, mask = vocab.encode(sentences, max_length=max_length)  # (N, n) each
-    rows: dict[str, list[tuple[int, int]]] = {rule: [] for rule in BLANK_RULES}
-    for i in range(len(sentences)):
-        n = int(mask[i].sum())
-        tokens = vocab.decode(ids[i, :n])
-        words = [t for t in _whole_words(tokens) if ids[i, t] != vocab.unk_id]
-        if words[:2] == [1, 2]:  # "[CLS] w1 w2 ...": blank w2, the left context is [CLS] w1
-            rows["early"].append((i, 2))
-        if words and words[-1] == n - 3 and not tokens[n - 2].isalnum():
-            rows["late"].append((i, words[-1]))
-    sets = {}
-    for rule, picks in rows.items():
-        index = torch.tensor([i for i, _ in picks], dtype=torch.long)
-        position = torch.tensor([t for _, t in picks], dtype=torch.long)
-        sets[rule] = BlankSet(rule, ids[index], mask[index], position, ids[index, position])
-    return sets
-
-
-@torch.no_grad()
-def blank_hits(model: TinyLM, blanks: BlankSet, mask_id: int, k: int = 1) -> torch.Tensor:
-    """(m,) bool: whether each blank's answer is among ``model``'s ``k`` best guesses (§4)."""
-    return _hits_within(_blank_scores(model, blanks, mask_id), blanks, k)
-
-
-def _hits_within(scores: torch.Tensor, blanks: BlankSet, k: int) -> torch.Tensor:
-    top = scores.topk(k, dim=-1).indices  # (m, k)
-    return (top == blanks.answer[:, None]).any(dim=1)  # (m,)
-
-
-def _blank_scores(model: TinyLM, blanks: BlankSet, mask_id: int) -> torch.Tensor:
-    """(m, V): each model's scores for the token at each blank, seeing what it may see."""
-    m = len(blanks)
-    if m == 0:
-        raise ValueError("the blank set is empty: there is nothing to score.")
-    rows = torch.arange(m)
-    if model.causal:
-        logits = model(blanks.input_ids, blanks.attention_mask)  # (m, n, V)
-        scores = logits[rows, blanks.position - 1]  # (m, V): predicts position t from t - 1
-    else:
-        inputs = blanks.input_ids.clone()
-        inputs[rows, blanks.position] = mask_id
-        logits = model(inputs, blanks.attention_mask)  # (m, n, V)
-        scores = logits[rows, blanks.position]  # (m, V)
-    return scores
-
-
-@torch.no_grad()
-def blank_accuracy(model: TinyLM, blanks: BlankSet, mask_id: int,
-                   ks=(1, 5)) -> dict[int, float]:
-    """Top-k accuracy of ``model`` on ``blanks``: {k: share of blanks whose answer is in its top k}.
-
-    (Lesson 5, §4.) The encoder reads each sentence with [MASK] at the blank and predicts there;
-    the decoder reads the unchanged sentence and predicts the blank from position t - 1, which
-    (under its causal mask) has seen only the tokens left of the blank. Both are scored on the
-    same blanks and the same answers.
-    """
-    scores = _blank_scores(model, blanks, mask_id)  # (m, V): one forward pass for every k
-    return {k: float(_hits_within(scores, blanks, k).float().mean()) for k in ks}
-
-
-# --- Two hidden words at once --------------------------------------------------------------------
-
-
-def word_pairs(vocab: CompactVocab, sentences: list[str],
-               max_length: int = MAX_LENGTH) -> BlankSet:
-    """Every pair of adjacent whole words in ``sentences``, as two-token blanks (Lesson 5, §4).
-
-    A whole word is what :func:`blank_sets` calls one (alphabetic, its own id, not a ``##``
-    piece nor followed by one). A sentence gives one row per pair, so it may appear several
-    times. ``position`` (m,) is the first word's position t, ``answer`` (m, 2) the ids at t and
-    t + 1. Raises ``ValueError`` if no sentence has such a pair.
-    """
-    ids, mask = vocab.encode(sentences, max_length=max_length)  # (N, n) each
-    picks = []
-    for i in range(len(sentences)):
-        n = int(mask[i].sum())
-        words = {t for t in _whole_words(vocab.decode(ids[i, :n])) if ids[i, t] != vocab.unk_id}
-        picks += [(i, t) for t in sorted(words) if t + 1 in words]
-    if not picks:
-        raise ValueError("no sentence has two adjacent whole words: pass longer sentences.")
-    index = torch.tensor([i for i, _ in picks], dtype=torch.long)
-    position = torch.tensor([t for _, t in picks], dtype=torch.long)
-    answer = torch.stack([ids[index, position], ids[index, position + 1]], dim=1)  # (m, 2)
-    return BlankSet("pair", ids[index], mask[index], position, answer)
-
-
-@torch.no_grad()
-def fill_two(model: TinyLM, pairs: BlankSet, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fill two adjacent [MASK]s in two ways; return (independent, one_at_a_time), each (m, 2).
-
-    (Lesson 5, §4.) ``independent``: both blanks from one pass, each the argmax of its own
-    softmax, which is what a single MLM prediction offers: every masked position is predicted
-    from the visible tokens alone, as if the other masked words did not depend on it.
-    ``one_at_a_time``: the more confident of the two blanks is filled first with its argmax, and
-    the model reads the sentence again to fill the other, now conditioned on the first.
-    """
-    if model.causal:
-        raise ValueError("fill_two needs a bidirectional (MLM) model; a causal model cannot "
-                         "read the words after a blank. Pass the encoder.")
-    if pairs.answer.dim() != 2 or pairs.answer.shape[1] != 2 or len(pairs) == 0:
-        raise ValueError(f"pairs must hold m >= 1 two-token blanks (answer of shape (m, 2)), got "
-                         f"answer of shape {tuple(pairs.answer.shape)}; build them with "
-                         "word_pairs().")
-    rows = torch.arange(len(pairs))  # (m,)
-    where = torch.stack([pairs.position, pairs.position + 1], dim=1)  # (m, 2)
-    inputs = pairs.input_ids.clone()
-    inputs[rows[:, None], where] = mask_id  # both words hidden
-    probs = model(inputs, pairs.attention_mask)[rows[:, None], where].softmax(-1)  # (m, 2, V)
-    best, independent = probs.max(dim=-1)  # (m, 2) each
-    first = best.argmax(dim=1)  # (m,): 0 or 1, the more confident blank
-    second = 1 - first
-    inputs[rows, where[rows, first]] = independent[rows, first]  # fill it, read again
-    logits = model(inputs, pairs.attention_mask)[rows, where[rows, second]]  # (m, V)
-    one_at_a_time = independent.clone()
-    one_at_a_time[rows, second] = logits.argmax(dim=-1)
-    return independent, one_at_a_time
-
-
-# --- How many positions carry a loss ------------------------------------------------------------
-
-
-def loss_positions(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_ids,
-                   objective: str, p: float = 0.15) -> torch.Tensor:
-    """(b,) float: the expected number of positions that carry a loss in each sequence (§5).
-
-    - ``"mlm"``: ``p`` times the number of real, non-special tokens (the ones
-      :func:`~encoderlab.objectives.mlm_corrupt` may choose);
-    - ``"next-token"``: every real token but the first is a label, so n_real - 1.
-    """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
-    if attention_mask.shape != input_ids.shape:
-        raise ValueError(
-            f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, "
-            f"got {tuple(attention_mask.shape)}."
-        )
-    real = attention_mask != 0  # (b, n)
-    if objective == "next-token":
-        return (real.sum(dim=1) - 1).clamp(min=0).float()
-    ordinary = real & ~torch.isin(input_ids, torch.tensor(sorted(set(special_ids))))
-    return p * ordinary.sum(dim=1).float()
-
-
-def smooth(values, window: int = 50) -> list[float]:
-    """The running mean of a loss history over the last ``window`` steps (for plots, §3).
-
-    The first ``window - 1`` points average what exists so far, so the curve starts at step 0.
-    """
-    check_positive_int(window, "window")
-    x = torch.as_tensor(list(values), dtype=torch.float64)
-    if x.numel() == 0:
-        return []
-    cumulative = torch.cat([torch.zeros(1, dtype=x.dtype), x.cumsum(0)])  # (len + 1,)
-    ends = torch.arange(1, len(x) + 1)
-    starts = (ends - window).clamp(min=0)
-    return ((cumulative[ends] - cumulative[starts]) / (ends - starts)).tolist()

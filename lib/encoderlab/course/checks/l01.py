@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -125,7 +126,7 @@ def _label_cases() -> list[tuple]:
 
 
 def _describe_labels_case(input_ids, objective, masked_positions) -> str:
-    where = f", masked_positions={list(masked_positions)}" if objective == "masked" else ""
+    where = f", masked_positions={masked_positions!r}" if objective == "masked" else ""
     return f"input_ids={input_ids.tolist()}, objective={objective!r}{where}"
 
 
@@ -137,12 +138,14 @@ def _labels_answer(result, where, input_ids, objective, masked_positions) -> tor
             f"position, shape (n,) = {(len(input_ids),)}.",
             "return a 1-d tensor of n labels, with -100 where there is no loss.",
         )
-    if labels.is_floating_point() or labels.dtype == torch.bool:
-        raise CheckFailed(f"your labels have dtype {labels.dtype} on {where}, but token ids and "
-                          "-100 are integers (cross_entropy wants its targets as torch.long).",
+    if labels.dtype != torch.long:
+        kind = ("token ids and -100 are integers" if labels.is_floating_point()
+                or labels.dtype == torch.bool else "cross_entropy rejects other integer types")
+        raise CheckFailed(f"your labels have dtype {labels.dtype} on {where}, but cross_entropy "
+                          f"wants its targets as torch.long ({kind}).",
                           "build them with dtype torch.long, e.g. torch.full_like(input_ids, "
-                          "-100).")
-    return labels.long()
+                          "-100), or call .long().")
+    return labels
 
 
 def _another_fill(attempt) -> tuple[str, str] | None:
@@ -184,14 +187,38 @@ _LABELS = Exercise(
 )
 
 
+def _naming_tuple_indexing(fn: Callable) -> Callable:
+    """``fn`` with an IndexError on a tuple of masked positions explained: ``ids[(4, 7)]``
+    indexes one dimension per element, not the positions 4 and 7."""
+
+    @functools.wraps(fn)
+    def explained(input_ids, objective, masked_positions):
+        try:
+            return fn(input_ids, objective, masked_positions)
+        except IndexError as error:
+            if isinstance(masked_positions, tuple) and len(masked_positions) > 1:
+                raise CheckFailed(
+                    f"your function raised IndexError ({error}) with masked_positions="
+                    f"{masked_positions!r}: indexing a tensor with a tuple takes one index per "
+                    "dimension, so ids[(4, 7)] asks for row 4, column 7 of a 1-d tensor.",
+                    "index with a list: where = list(masked_positions); labels[where] = "
+                    "input_ids[where].",
+                ) from None
+            raise
+
+    return explained
+
+
 @checker
 def check_objective_labels(fn: Callable) -> bool:
     """Check ``fn(input_ids, objective, masked_positions)`` returns each position's label (§2).
 
     (Lesson 1, §2.) ``objective`` is "next-token" (position t predicts x_{t+1}) or "masked"
     (a masked position predicts its own original token); a position without a loss gets -100.
+    Changing ``input_ids`` in place fails.
     """
-    return run(_LABELS, fn)
+    require_callable(fn)
+    return run(_LABELS, leaving_inputs(_naming_tuple_indexing(fn), ("input_ids",)))
 
 
 # --- The cosine-similarity matrix (Lesson 1, §4) -------------------------------------------------
@@ -238,6 +265,16 @@ _COSINE_MISTAKES = [
      "similarity cos (1 on the diagonal).",
      "return cos itself, without the 1 - .",
      lambda x: 1 - _cos_unit_rows(x) @ _cos_unit_rows(x).T),
+    ("you divide entry (i, j) by |x_j|², one length squared, not by |x_i| |x_j|: "
+     "x.norm(dim=1) * x.norm(dim=1) multiplies each length by itself, and the (m,) result "
+     "broadcasts along the columns.",
+     "divide by the outer product of the lengths, n[:, None] * n[None, :] with "
+     "n = x.norm(dim=1), or normalise the rows first.",
+     lambda x: (x @ x.T) / x.norm(dim=1) ** 2),
+    ("you divide entry (i, j) by |x_i|², one length squared, not by |x_i| |x_j|: n * n with "
+     "n = x.norm(dim=1, keepdim=True), of shape (m, 1), multiplies each length by itself.",
+     "divide by the outer product of the lengths, n * n.T, or normalise the rows first.",
+     lambda x: (x @ x.T) / x.norm(dim=1, keepdim=True) ** 2),
 ]
 
 
@@ -302,6 +339,8 @@ def _batch_variant(input_ids, attention_mask, objective, chosen, mask_id, *, nex
             labels = labels.masked_fill(~real, IGNORE_INDEX)
     else:
         labels[chosen] = input_ids[chosen]  # each chosen position predicts its own token
+        if masked_labels == "after_corrupting":  # read from the input once [MASK] is in it
+            labels[chosen] = mask_id
         if masked_labels == "every_real":  # a loss on every real position, chosen or not
             labels = input_ids.masked_fill(~real, IGNORE_INDEX)
         if corrupt:
@@ -312,6 +351,8 @@ def _batch_variant(input_ids, attention_mask, objective, chosen, mask_id, *, nex
         sees = sees & torch.ones(n, n, dtype=torch.bool).tril()
     elif causal == "anti":  # the upper triangle: each query reads itself and the future
         sees = sees & torch.ones(n, n, dtype=torch.bool).triu()
+    elif causal == "strict":  # below the diagonal only: a query may not read itself
+        sees = sees & torch.ones(n, n, dtype=torch.bool).tril(-1)
     if padding == "keys":
         sees = sees & real[:, None, :]  # hide the [PAD] columns
     elif padding == "queries":
@@ -319,6 +360,12 @@ def _batch_variant(input_ids, attention_mask, objective, chosen, mask_id, *, nex
     elif padding == "both":  # rows and columns: [PAD] queries read nothing
         sees = sees & real[:, None, :] & real[:, :, None]
     return inputs, labels, sees
+
+
+def _inverted(*case):
+    """The reference's sees with True and False swapped: True = hidden, PyTorch's convention."""
+    inputs, labels, sees = _batch_variant(*case)
+    return inputs, labels, ~sees
 
 
 def _for(objective: str, **switch):
@@ -347,6 +394,10 @@ _BATCH_MISTAKES = [
      "a loss: the others are in view, so predicting them is copying.",
      "keep input_ids at the chosen positions and -100 everywhere else.",
      _for("masked", masked_labels="every_real")),
+    ("your masked-objective labels are mask_id: you read the labels after putting [MASK] into "
+     "the input, so every chosen position is asked to predict [MASK] itself.",
+     "take the labels from input_ids before you corrupt it (or from the untouched original).",
+     _for("masked", masked_labels="after_corrupting")),
     ("your next-token visibility is bidirectional: position t reads x_{t+1}, its own label (the "
      "leak of §2).",
      "make the decoder's sees causal, key j <= query i, and hide the [PAD] keys.",
@@ -363,11 +414,20 @@ _BATCH_MISTAKES = [
      "reads itself and the keys j > i, the future, including its own label.",
      "keep the keys j <= i, the lower triangle (torch.tril), and hide the [PAD] keys.",
      _for("next-token", causal="anti")),
-    ("your visibility hides the [PAD] queries (rows) as well as the [PAD] keys; the exercise "
-     "lets a [PAD] query read the real keys like any other query (its output is never used), "
-     "and hides only the keys.",
+    ("your visibility hides the [PAD] queries (rows) as well as the [PAD] keys: a [PAD] row "
+     "with every key hidden is a softmax over nothing but -inf, which is NaN, and the next layer "
+     "spreads it to the real tokens (0 × NaN is NaN). Hide the keys only.",
      "hide the keys only: combine with attention_mask[:, None, :], not with the rows.",
      lambda *case: _batch_variant(*case, padding="both")),
+    ("your sees is inverted: True where the query may *not* read the key. That is the "
+     "convention of PyTorch's attn_mask and key_padding_mask (True = hidden); here True means "
+     "query i may read key j.",
+     "return the complement, ~sees, or build the table with True for the visible keys.",
+     _inverted),
+    ("your next-token visibility leaves out the diagonal (torch.tril(..., -1)): query t may "
+     "read itself; only t + 1 and later, which hold its label and beyond, are hidden.",
+     "keep the keys j <= i, diagonal included: torch.tril(torch.ones(n, n, dtype=torch.bool)).",
+     _for("next-token", causal="strict")),
     ("your visibility ignores the attention_mask: real tokens read the [PAD] keys.",
      "hide every key j whose attention_mask is 0.",
      lambda *case: _batch_variant(*case, padding="none")),
@@ -415,6 +475,12 @@ def _batch_answer(result, where, input_ids, attention_mask, objective, chosen, m
         if tuple(t.shape) != (b, n):
             raise CheckFailed(f"your {name} have shape {tuple(t.shape)} on {where}; they must have "
                               f"the shape of input_ids, {(b, n)}.")
+    for name, t in (("inputs", inputs), ("labels", labels)):
+        if t.is_floating_point() or t.dtype == torch.bool:
+            raise CheckFailed(f"your {name} have dtype {t.dtype}; token ids and -100 are "
+                              "integers, and cross_entropy wants its targets as torch.long.",
+                              "build them from input_ids (torch.long), e.g. with .clone() and "
+                              "torch.full_like(input_ids, -100), or call .long().")
     if sees.dtype != torch.bool:
         raise CheckFailed(f"your sees has dtype {sees.dtype}, but it must be boolean, True = "
                           "query i may read key j.", "build it with dtype=torch.bool or .bool().")
@@ -442,6 +508,17 @@ _BATCH_FIXES = {
 }
 
 
+def _token_name(value, mask_id, name: str) -> str:
+    """A value in a message, with what it is when it is a special id: "0 ([PAD])"."""
+    if name == "sees":
+        return str(value)
+    if value == mask_id:
+        return f"{value} (mask_id, [MASK]: a label read after corrupting the input?)"
+    if value == _PAD_ID:
+        return f"{value} ([PAD]: a label that scores padding as a token)"
+    return str(value)
+
+
 def _batch_fallback(attempt) -> tuple[str, str]:
     k = attempt.first
     attention_mask = attempt.cases[k][1]
@@ -456,9 +533,10 @@ def _batch_fallback(attempt) -> tuple[str, str]:
                                                                ("key", index[2]))
                         if attention_mask[index[0], i] == 0]
                 where += f" ({', '.join(pads)})" if pads else ""
+            yours, expected = mine[index].item(), right[index].item()
             return (f"your {name} differ from the reference on {attempt.where(k)}, first at "
-                    f"{where}: yours {mine[index].item()}, expected {right[index].item()}.",
-                    _BATCH_FIXES[name])
+                    f"{where}: yours {_token_name(yours, attempt.cases[k][4], name)}, expected "
+                    f"{_token_name(expected, attempt.cases[k][4], name)}.", _BATCH_FIXES[name])
     return "your answer differs from the reference."
 
 

@@ -3,6 +3,7 @@ loop (§3), and framing a text or a pair with [CLS]/[SEP] and segment ids (§4).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from functools import cache, partial
@@ -195,10 +196,16 @@ def check_wordpiece(fn: Callable) -> bool:
 # --- WordPiece's training loop (Lesson 2, §3) ---------------------------------------------------
 
 
-def _merges_variant(counts, n_merges, *, score="ratio", prefix="##", strip=True,
+def _merges_variant(counts, n_merges, *, score="gain", prefix="##", strip=True,
                     recount=True, stale="ranking", tie="smallest", weighted=True,
-                    from_left=True, every=True):
+                    from_left=True, every=True, fixed_total=False, total="symbols"):
     """WordPiece's merge loop with one switch turned: each non-default switch is a known mistake.
+
+    The defaults are the rule: ``score="gain"``, the likelihood gain of §3,
+    ``count(a b) * log(count(a b) * N / (count(a) * count(b)))`` with N the number of symbols now
+    in the text; ``"ratio"`` drops the weight ``count(a b)`` (and N), ``"frequency"`` is BPE's.
+    ``fixed_total=True`` keeps N at its value before the first merge; ``total`` other than
+    "symbols" is a wrong N: "distinct" (symbols), "words" (in the text) or "distinct words".
 
     ``recount=False`` counts once, before the loop: ``stale="ranking"`` then takes the first
     ranking's pairs in order, ``stale="repeat"`` merges the same best pair every time.
@@ -225,7 +232,10 @@ def _merges_variant(counts, n_merges, *, score="ratio", prefix="##", strip=True,
     def value(pair, symbols, pairs):
         if score == "frequency":
             return pairs[pair]
-        return Fraction(pairs[pair], symbols[pair[0]] * symbols[pair[1]])
+        if score == "ratio":
+            return Fraction(pairs[pair], symbols[pair[0]] * symbols[pair[1]])
+        n_symbols = first_total if fixed_total else _wrong_totals[total](symbols, counts)
+        return _gain(pairs[pair], symbols[pair[0]], symbols[pair[1]], n_symbols)
 
     def merge(parts, a, b):
         starts, taken = [], set()
@@ -256,6 +266,7 @@ def _merges_variant(counts, n_merges, *, score="ratio", prefix="##", strip=True,
     splits = {word: split(word) for word in counts}
     merges = []
     symbols, pairs = counted(splits)
+    first_total = sum(symbols.values())  # N before any merge: only the fixed_total mistake
     while len(merges) < n_merges and pairs:
         if recount:
             symbols, pairs = counted(splits)
@@ -269,11 +280,42 @@ def _merges_variant(counts, n_merges, *, score="ratio", prefix="##", strip=True,
     return merges
 
 
+_wrong_totals = {  # N as the rule counts it ("symbols"), then as learners miscount it
+    "symbols": lambda symbols, counts: sum(symbols.values()),
+    "distinct": lambda symbols, counts: len(symbols),
+    "words": lambda symbols, counts: sum(counts.values()),
+    "distinct words": lambda symbols, counts: len(counts),
+}
+
+
+def _gain(n_pair: int, n_a: int, n_b: int, n_symbols: int) -> float:
+    """The likelihood gain of §3, as one expression: pairs with the same count(a b) and the same
+    product count(a) * count(b) get the same float, so they tie exactly."""
+    return n_pair * math.log(n_pair * n_symbols / (n_a * n_b))
+
+
 _MERGES_MISTAKES = [
-    ("you merge the most frequent pair: that is BPE's score, not WordPiece's, where a frequent "
-     "pair of frequent symbols can lose to a rarer pair whose parts seldom occur apart.",
-     "score each pair as count(a b) / (count(a) * count(b)).",
+    ("you merge the most frequent pair: that is BPE's score. The likelihood gain weighs the "
+     "count by log(count(a b) * N / (count(a) * count(b))), so a frequent pair of symbols that "
+     "are just as frequent apart gains less.",
+     "score each pair as count(a b) * log(count(a b) * N / (count(a) * count(b))).",
      partial(_merges_variant, score="frequency")),
+    ("you rank pairs by count(a b) / (count(a) * count(b)), the Hugging Face course's ratio, "
+     "or by its log, the PMI log(p(a b) / (p(a) p(b))), which ranks pairs the same way: "
+     "without the weight count(a b) a pair seen once can win.",
+     "multiply the log of the ratio (times N) by count(a b): "
+     "count(a b) * log(count(a b) * N / (count(a) * count(b))).",
+     partial(_merges_variant, score="ratio")),
+    ("your N is the number of symbols before the first merge, but every merge makes the text "
+     "shorter: N must be counted again with the symbols.",
+     "after each merge, N = the sum of all symbol counts, recounted like them.",
+     partial(_merges_variant, fixed_total=True)),
+    *((f"your N is the number of {what}, but N is the number of symbols now in the text, each "
+       "counted as often as it occurs (113 for the toy corpus of §3 before any merge).",
+       "N = the sum of all symbol counts, recounted after each merge.",
+       partial(_merges_variant, total=total))
+      for total, what in [("distinct", "distinct symbols"), ("words", "words in the text"),
+                          ("distinct words", "distinct words")]),
     ("your symbols after the first character of a word have no '##', so a piece inside a word "
      "is the same symbol as the same letters at a word's start.",
      "split 'hug' into ('h', '##u', '##g').",
@@ -348,7 +390,57 @@ def _merges_answer(result, where, counts, n_merges) -> list[tuple[str, str]]:
             raise CheckFailed(f"your list holds {short_value(item)} on {where}; each merge is "
                               "the pair of symbols merged, (a, b), not the merged symbol.")
         merges.append(tuple(item))
+    if _up_to_ties(merges, counts, n_merges):
+        return _merges_variant(counts, n_merges)  # right, up to the order of equal gains
+    variants = [variant(counts, n_merges) for _, variant in _SCORERS[1:]]
+    if merges in variants:
+        return merges  # a known mistake, exactly
+    for (scorer, _), theirs in zip(_SCORERS[1:], variants, strict=True):
+        if _up_to_ties(merges, counts, n_merges, scorer):
+            return theirs  # a known mistake, up to the order of equal scores (as PMI rounds)
     return merges
+
+
+_SCORERS = [  # (score(n_pair, n_a, n_b, symbols, counts, first N), the variant that ranks so)
+    (lambda n, a, b, sym, counts, first: _gain(n, a, b, sum(sym.values())), _merges_variant),
+    (lambda n, a, b, sym, counts, first: n / (a * b), partial(_merges_variant, score="ratio")),
+    (lambda n, a, b, sym, counts, first: _gain(n, a, b, first),
+     partial(_merges_variant, fixed_total=True)),
+    *((lambda n, a, b, sym, counts, first, f=f: _gain(n, a, b, f(sym, counts)),
+       partial(_merges_variant, total=total))
+      for total, f in _wrong_totals.items() if total != "symbols"),
+]
+
+
+def _up_to_ties(merges, counts, n_merges, scorer=_SCORERS[0][0]) -> bool:
+    """Whether ``merges`` are those ``scorer`` makes, however equal scores were ordered
+    (Lesson 2, §3): the rule's gain by default, or a known mistake's score.
+
+    The learner's merges are replayed: each must have the best score, up to a relative 1e-9, so
+    that any way of writing the score passes. Among pairs whose counts count(a b), count(a),
+    count(b) are identical (equal in any formula, so the tie rule alone decides), the smallest
+    (a, b) must win.
+    """
+    if len(merges) > n_merges:
+        return False
+    splits = {w: l02_vocab.split_word(w) for w in counts}
+    first = None
+    for a, b in merges:
+        symbols, pairs = l02_vocab.count_symbols_and_pairs(splits, counts)
+        if (a, b) not in pairs:
+            return False
+        first = sum(symbols.values()) if first is None else first
+        gain = {p: scorer(n, symbols[p[0]], symbols[p[1]], symbols, counts, first)
+                for p, n in pairs.items()}
+        top = max(gain.values())
+        tied = [p for p, x in gain.items() if x >= top - 1e-9 * abs(top) - 1e-12]
+
+        key = {p: (pairs[p], symbols[p[0]], symbols[p[1]]) for p in tied}
+        if (a, b) not in tied or any(p < (a, b) and key[p] == key[(a, b)] for p in tied):
+            return False
+        splits = {w: l02_vocab.apply_merge(parts, a, b) for w, parts in splits.items()}
+    _, pairs = l02_vocab.count_symbols_and_pairs(splits, counts)
+    return not (len(merges) < n_merges and pairs)  # False: stopped while pairs were left
 
 
 def _first_wrong_merge(attempt) -> Message:
@@ -372,11 +464,15 @@ def _first_wrong_merge(attempt) -> Message:
     symbols, pairs = l02_vocab.count_symbols_and_pairs(splits, counts)
     where = f"on {attempt.where(first)}, merge {k + 1}"
 
-    def exact(pair):
-        return Fraction(pairs[pair], symbols[pair[0]] * symbols[pair[1]])
+    n_symbols = sum(symbols.values())
+
+    def exact(pair):  # what decides a tie: the same count(a b) and count(a) * count(b)
+        return pairs[pair], symbols[pair[0]] * symbols[pair[1]]
 
     def score(pair):
-        return f"score {pairs[pair]}/({symbols[pair[0]]}·{symbols[pair[1]]}) = {exact(pair)}"
+        n, n_a, n_b = pairs[pair], symbols[pair[0]], symbols[pair[1]]
+        return (f"gain {n}·log({n}·{n_symbols}/({n_a}·{n_b})) = "
+                f"{_gain(n, n_a, n_b, n_symbols):.4f}")
 
     if mine[k] not in pairs:
         return (f"{where}: you merge {mine[k]}, but after the {k} merges before it, applied to "
@@ -389,14 +485,13 @@ def _first_wrong_merge(attempt) -> Message:
     if exact(mine[k]) == exact(right[k]):
         return (f"{where}: you merge {mine[k]}, the reference {right[k]}; the two tie exactly "
                 f"({score(mine[k])}; {score(right[k])}), and a tie goes to the smallest pair "
-                "(a, b), the reference's. A score computed with two roundings, such as "
-                "count(a b) / count(a) / count(b), can make equal scores unequal.",
-                "compute each score with one division, count(a b) / (count(a) * count(b)), or "
-                "as a fractions.Fraction, so that equal scores compare equal.")
+                "(a, b), the reference's.",
+                "take the best pair with min(pairs, key=lambda p: (-score[p], p)).")
     return (f"{where}: you merge {mine[k]} ({score(mine[k])}), but the reference merges "
             f"{right[k]} ({score(right[k])}), the highest score; the merges before it agree.",
-            "print every pair's count(a b), count(a) and count(b) at this merge: the pair with "
-            "the highest count(a b) / (count(a) * count(b)) wins, ties to the smallest (a, b).")
+            "print every pair's count(a b), count(a), count(b) and N at this merge: the pair "
+            "with the highest count(a b) * log(count(a b) * N / (count(a) * count(b))) wins, "
+            "ties to the smallest (a, b).")
 
 
 _MERGES = Exercise(
@@ -404,7 +499,7 @@ _MERGES = Exercise(
     cases=_merges_cases,
     arguments=lambda counts, n_merges: (dict(counts), n_merges),
     answer=_merges_answer,
-    reference=lambda counts, n_merges: l02_vocab.train_merges_plain(counts, n_merges),
+    reference=_merges_variant,
     describe=lambda counts, n_merges: (f"counts={short_value(counts, 50)}, "
                                        f"n_merges={n_merges}"),
     same=_equal,
@@ -418,11 +513,11 @@ def check_wordpiece_merges(fn: Callable) -> bool:
     """Check ``fn(counts, n_merges)`` -> the merges WordPiece's training makes (Lesson 2, §3).
 
     ``counts`` maps each word to how often it occurs. Words start as characters, ``##`` before
-    each after the first; each step merges the pair with the highest
-    ``count(a b) / (count(a) * count(b))`` (the score the Hugging Face course uses; compared
-    exactly, ties to the smallest ``(a, b)``) into ``a + b`` without ``b``'s ``##``, at every
+    each after the first; each step merges the pair with the highest likelihood gain
+    ``count(a b) * log(count(a b) * N / (count(a) * count(b)))`` (N: the symbols now in the
+    text; ties to the smallest ``(a, b)``) into ``a + b`` without ``b``'s ``##``, at every
     occurrence, left to right, and records ``(a, b)``; stop after ``n_merges`` or when no pair is
-    left. A learner whose choice differs from the reference's only by an exact tie is told so.
+    left. Gains equal up to rounding count as ties, so any correct form of the gain passes.
     """
     return run(_MERGES, fn)
 
@@ -441,8 +536,10 @@ def _bert_layout_tokenizer() -> WordPieceTokenizer:
 
 
 def _framed(a, b=None, *, cls=True, middle_sep=True, final_sep=True, first_sep_segment=0,
-            last_sep_segment=1, offset=0, cls_id=_CLS_ID, sep_id=_SEP_ID):
+            last_sep_segment=1, offset=0, cls_id=_CLS_ID, sep_id=_SEP_ID, empty_b=True):
     """[CLS] A [SEP] (B [SEP]) with one switch turned: each non-default switch is a mistake."""
+    if not empty_b and not b:
+        b = None  # `if ids_b:` takes an empty second text for no second text
     ids, types = ([cls_id], [0]) if cls else ([], [])
     ids, types = ids + list(a), types + [0] * len(a)
     if b is None:
@@ -465,6 +562,11 @@ _BUILD_MISTAKES = [
     ("your pair has no [SEP] between the two texts.",
      "[CLS] A [SEP] B [SEP]: a [SEP] after each text.",
      partial(_framed, middle_sep=False)),
+    ("an empty second text (ids_b=[]) gives you [CLS] A [SEP], as if there were no second "
+     "text: `if ids_b:` is false for []. An empty text is still a text and gets its [SEP].",
+     "test `if ids_b is not None:`; ids_b=[] gives [CLS] A [SEP] [SEP], the last [SEP] in "
+     "segment 1.",
+     partial(_framed, empty_b=False)),
     ("your sequence does not end with [SEP] (id 102).",
      "one text is [CLS] A [SEP], a pair [CLS] A [SEP] B [SEP].",
      partial(_framed, final_sep=False)),

@@ -366,7 +366,8 @@ def check_padding_mask(fn: Callable) -> bool:
 
 def _self_attention_variant(x, attention_mask, params, n_heads, *, split="view_transpose",
                             scale="sqrt_dk", mask_side="keys", merge="transpose",
-                            project=True, weights="as_linear", biases=True, softmax_dim=-1):
+                            project=True, weights="as_linear", biases=True, softmax_dim=-1,
+                            bias_o=True):
     """Multi-head self-attention from a state dict, with one switch turned: each non-default
     switch is a known mistake. x (b, n, d); attention_mask (b, n) of 0/1."""
     b, n, d = x.shape
@@ -374,7 +375,7 @@ def _self_attention_variant(x, attention_mask, params, n_heads, *, split="view_t
 
     def linear(t, name):  # nn.Linear stores W as (out, in): t @ W.T + b
         w = params[f"{name}.weight"]
-        bias = params[f"{name}.bias"] if biases else None
+        bias = params[f"{name}.bias"] if biases and (bias_o or name != "w_o") else None
         return F.linear(t, w if weights == "as_linear" else w.T, bias)
 
     def heads(t):
@@ -385,10 +386,12 @@ def _self_attention_variant(x, attention_mask, params, n_heads, *, split="view_t
         return t.view(b, n, n_heads, d_k).transpose(1, 2)  # (b, h, n, d_k)
 
     q, k, v = (heads(linear(x, name)) for name in ("w_q", "w_k", "w_v"))
-    divisor = {"sqrt_dk": math.sqrt(d_k), "sqrt_d": math.sqrt(d), "none": 1.0}[scale]
+    divisor = {"sqrt_dk": math.sqrt(d_k), "sqrt_d": math.sqrt(d), "sqrt_n": math.sqrt(n),
+               "none": 1.0}[scale]
     s = q @ k.transpose(-2, -1) / divisor  # (b, h, n, n)
     real = attention_mask.bool()
     allowed = {"keys": real[:, None, None, :], "queries": real[:, None, :, None],
+               "inverted": ~real[:, None, None, :],  # True read as "hide": [PAD] keys only
                "both": real[:, None, None, :] & real[:, None, :, None],
                "after_softmax": torch.ones(b, 1, 1, n, dtype=torch.bool),
                "none": torch.ones(b, 1, 1, n, dtype=torch.bool)}[mask_side]
@@ -417,6 +420,29 @@ _SELF_ATTENTION_MISTAKES = [
      "(b, n, d) mixes positions.",
      "bring the head axis next to d_k first: .transpose(1, 2).reshape(b, n, d).",
      partial(_self_attention_variant, merge="reshape_only")),
+    ("your heads are split and merged with a plain reshape, (b, n, d) to (b, h, n, d_k) and "
+     "back, without a transpose: every shape is right, but each 'head' holds pieces of several "
+     "tokens.",
+     "split with .view(b, n, h, d_k).transpose(1, 2); merge with .transpose(1, 2).reshape(b, n, "
+     "d).",
+     partial(_self_attention_variant, split="view_only", merge="reshape_only")),
+    ("your padding mask is inverted: it hides the real tokens and lets every query read only "
+     "the [PAD] keys. The tokenizer's attention_mask is 1 for a real token, and in this course "
+     "True means may attend.",
+     "hide the keys where attention_mask == 0: s.masked_fill(attention_mask[:, None, None, :] "
+     "== 0, -inf).",
+     partial(_self_attention_variant, mask_side="inverted")),
+    ("you scale the scores by sqrt(n), the number of keys, but the scale is sqrt(d_k), the "
+     "width of each head's queries and keys.",
+     "divide by math.sqrt(d_k), d_k = d_model / h.",
+     partial(_self_attention_variant, scale="sqrt_n")),
+    ("your softmax runs over the heads axis (dim=1): each key's weights then sum to 1 across "
+     "the heads, but each query's row must sum to 1 over the keys.",
+     "take the softmax over the keys, dim=-1.",
+     partial(_self_attention_variant, softmax_dim=1)),
+    ("your output projection leaves out its bias: W_O has one too, params['w_o.bias'].",
+     "finish with F.linear(merged, params['w_o.weight'], params['w_o.bias']).",
+     partial(_self_attention_variant, bias_o=False)),
     ("you scale the scores by sqrt(d_model), the width of the whole vector, but each head's "
      "scores are dot products of d_k = d_model / h numbers.",
      "divide by sqrt(d_k).",
@@ -543,9 +569,10 @@ def _rows_that_differ(attempt) -> str:
 def _self_attention_fallback(attempt) -> tuple[str, str]:
     diagnosis, fix = differs(attempt, "output", "MultiHeadAttention with the same weights", "")
     return (f"{diagnosis[:-1]}: {_rows_that_differ(attempt)}.",
-            "print the shapes after each step (project with x @ W.T + b, split into "
-            "(b, h, n, d_k), scores / sqrt(d_k), [PAD] keys to -inf, softmax over the keys, "
-            "merge, W_O) and compare them with encoderlab.attention.MultiHeadAttention.forward.")
+            "compare your values, not only your shapes, step by step with "
+            "encoderlab.attention.MultiHeadAttention.forward: project with x @ W.T + b, split "
+            "with .view(b, n, h, d_k).transpose(1, 2), scores / sqrt(d_k), [PAD] keys to -inf, "
+            "softmax over the keys, merge, W_O.")
 
 
 _SELF_ATTENTION = Exercise(

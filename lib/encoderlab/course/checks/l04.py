@@ -27,7 +27,7 @@ from encoderlab.course.checks.harness import (
     run,
 )
 from encoderlab.encoder import EncoderBlock, EncoderConfig, count_parameters
-from encoderlab.lessons.l04_inspect_stack import parameter_breakdown
+from encoderlab.lessons.l04_count import parameter_breakdown
 
 __all__ = ["check_layer_norm", "check_parameter_count", "check_encoder_block"]
 
@@ -82,6 +82,11 @@ _LAYER_NORM_MISTAKES = [
      "divides by d.",
      "x.var(dim=-1, unbiased=False), or ((x - mean) ** 2).mean(dim=-1).",
      partial(_layer_norm_variant, correction=1)),
+    ("that is the Annotated Transformer's LayerNorm, (x - mean) / (x.std(-1) + eps): x.std is "
+     "unbiased (divides by d - 1) and eps sits outside the square root; PyTorch's and BERT's "
+     "LayerNorm use the biased variance with eps inside.",
+     "divide by sqrt(x.var(-1, keepdim=True, unbiased=False) + eps).",
+     partial(_layer_norm_variant, correction=1, eps_where="outside")),
     ("you leave eps out: a token whose d values are all equal has variance 0 and gives 0/0 = "
      "NaN, and small-variance tokens blow up.",
      "divide by sqrt(var + eps).",
@@ -190,7 +195,7 @@ def check_layer_norm(fn: Callable) -> bool:
 def _count_variant(
     c, *, biases=True, layer_norm=2, positions=True, segments="config", attention_matrices=4,
     times_heads=False, d_ff=None, pooler="config", final_norm="config", blocks="L",
-    embeddings=True, mlp_matrices=2,
+    embeddings=True, mlp_matrices=2, embedding_norm=True, block_norms=2, w_o_bias=True,
 ):
     """The parameter count with one switch turned: each non-default switch is a known mistake."""
     d, V, L, h = c.d_model, c.vocab_size, c.n_layers, c.n_heads
@@ -198,10 +203,11 @@ def _count_variant(
     bias = 1 if biases else 0
     ln = layer_norm * d  # one LayerNorm: gain and bias, 2d
     n_segments = c.n_segments if segments == "config" else segments  # "config", or a number
-    emb = V * d + (c.n_max * d if positions else 0) + n_segments * d + ln
+    emb = V * d + (c.n_max * d if positions else 0) + n_segments * d + (ln if embedding_norm else 0)
     attention = attention_matrices * (d * d + bias * d) * (h if times_heads else 1)
+    attention -= 0 if w_o_bias or not biases else d  # W_O's bias
     mlp = (d * f + bias * f) + ((f * d + bias * d) if mlp_matrices == 2 else 0)
-    block = attention + mlp + 2 * ln
+    block = attention + mlp + block_norms * ln
     n_blocks = {"L": L, "one": 1}[blocks]
     has_pooler = c.pooler if pooler == "config" else pooler
     has_final = (c.norm == "pre") if final_norm == "config" else final_norm
@@ -228,6 +234,10 @@ _COUNT_MISTAKES = [
     ("you left out the position embeddings.",
      "add their learned table, n_max x d.",
      partial(_count_variant, positions=False)),
+    ("you left out the LayerNorm after the embeddings (its gain and bias, 2d); the blocks' "
+     "LayerNorms are there.",
+     "add 2d for the embedding LayerNorm that produces H^(0).",
+     partial(_count_variant, embedding_norm=False)),
     ("you left out the segment embeddings.",
      "add their table, n_segments x d (s_i in {0, 1}).",
      partial(_count_variant, segments=0)),
@@ -262,10 +272,21 @@ _COUNT_MISTAKES = [
     ("you count a pooler even when config.pooler is False.",
      "count it only if config.pooler.",
      partial(_count_variant, pooler=True)),
-    ("you forgot the final LayerNorm that a pre-LN stack (config.norm == 'pre') adds after its "
-     "last block.",
-     "add 2d when config.norm == 'pre'.",
+    ("your count is 2d short on the pre-LN stacks only: either you forgot the final LayerNorm "
+     "that a pre-LN stack (config.norm == 'pre') adds after its last block, or, as in GPT-2, "
+     "you dropped the LayerNorm after the embeddings for pre-LN; the two have the same size, "
+     "and EncoderModel has both.",
+     "a pre-LN stack keeps the embedding LayerNorm and adds one more, 2d, after its last "
+     "block.",
      partial(_count_variant, final_norm=False)),
+    ("you count one LayerNorm per block, but a block has two: one after (or, in pre-LN, "
+     "before) each sub-layer.",
+     "count 2 x 2d of LayerNorm per block.",
+     partial(_count_variant, block_norms=1)),
+    ("you left out the bias of W_O: the output projection is an nn.Linear with a bias of d, "
+     "like W_Q, W_K and W_V.",
+     "count the attention as 4 (d^2 + d) per block.",
+     partial(_count_variant, w_o_bias=False)),
     ("you add a final LayerNorm for a post-LN stack too; only pre-LN stacks have one.",
      "add it only when config.norm == 'pre'.",
      partial(_count_variant, final_norm=True)),
@@ -345,8 +366,11 @@ def _count_fallback(attempt) -> Message:
     (config,) = attempt.cases[i]
     difference = right[i] - mine[i]
     verb = "left out" if difference > 0 else "counted twice"
-    same_size = [name for name, size in parameter_breakdown(config).items()
-                 if size == abs(difference)]
+    # parts whose size is the difference on every wrong case (MiniLM's segment table and its
+    # embedding LayerNorm are both 768: a case with 3 segments tells them apart)
+    same_size = [name for name in parameter_breakdown(config)
+                 if all(abs(right[k] - mine[k]) == parameter_breakdown(attempt.cases[k][0])[name]
+                        for k in attempt.wrong)]
     hint = (f" That is exactly the size of the {same_size[0]} part, which you {verb}."
             if same_size else "")
     # pieces smaller than a part (some of the biases, the gains, ...), on every wrong case
@@ -400,7 +424,10 @@ def _block_variant(h, attention_mask, params, n_heads, eps, *, order="post", res
     attention = MultiHeadAttention(d, n_heads)
     attention.load_state_dict({k.removeprefix("attention."): t for k, t in params.items()
                                if k.startswith("attention.")})
-    mask = masks.padding(attention_mask if padding else torch.ones_like(attention_mask))
+    if padding == "inverted":  # nn.MultiheadAttention's key_padding_mask habit: True = ignore
+        mask = ~attention_mask.bool()[:, None, None, :]  # (b, 1, 1, n)
+    else:
+        mask = masks.padding(attention_mask if padding else torch.ones_like(attention_mask))
     eps = eps if eps_used is None else eps_used  # a number: the learner's eps, whatever is given
 
     def norm(x, name):
@@ -427,7 +454,7 @@ def _block_variant(h, attention_mask, params, n_heads, eps, *, order="post", res
     first, second = norms
     if order == "pre":
         h = h + attend(norm(h, first))
-        return h + mlp(norm(h, second))
+        return _real_rows(h + mlp(norm(h, second)), attention_mask)
     for sublayer, name, key in ((attend, first, "attention"), (mlp, second, "mlp")):
         update = sublayer(h)
         if key not in residuals:
@@ -436,7 +463,7 @@ def _block_variant(h, attention_mask, params, n_heads, eps, *, order="post", res
             h = h + norm(update, name)
         else:
             h = norm(h + update, name)
-    return h
+    return _real_rows(h, attention_mask)
 
 
 _BLOCK_MISTAKES = [
@@ -452,7 +479,7 @@ _BLOCK_MISTAKES = [
      "F.gelu(u).",
      partial(_block_variant, activation="relu")),
     ("your MLP uses the tanh approximation of GELU (approximate='tanh'), but this block, like "
-     "BERT, uses the exact erf form: they differ by up to about 1e-3.",
+     "BERT, uses the exact erf form: they differ by up to about 5e-4.",
      "F.gelu(u), with no approximate argument.",
      partial(_block_variant, activation="tanh")),
     ("your block has no residual connections: each sub-layer's output replaces h instead of "
@@ -468,10 +495,16 @@ _BLOCK_MISTAKES = [
     ("your LayerNorms are swapped (each has its own gain and bias).",
      "norm_1 follows the attention sub-layer and norm_2 the MLP.",
      partial(_block_variant, norms=("norm_2", "norm_1"))),
-    ("your block ignores the attention_mask: real tokens attend to the [PAD] keys too.",
+    ("your real tokens attend to the [PAD] keys: the block ignores the attention_mask, or hides "
+     "only the [PAD] queries.",
      "pass the padding mask to the attention: scores set to -inf where "
      "attention_mask[:, None, None, :] is 0, before the softmax.",
      partial(_block_variant, padding=False)),
+    ("your padding mask is inverted: True must mean 'may attend', but yours is True at [PAD] "
+     "(nn.MultiheadAttention's key_padding_mask convention), so real tokens attend only to "
+     "[PAD] and full-length rows hide every key.",
+     "mask = attention_mask.bool()[:, None, None, :], True where the key is a real token.",
+     partial(_block_variant, padding="inverted")),
     ("your LayerNorm uses the unbiased variance (dividing by d - 1, torch.var's default), but "
      "LayerNorm divides by d.",
      "x.var(-1, keepdim=True, unbiased=False), or ((x - mean) ** 2).mean(-1, keepdim=True).",
@@ -494,6 +527,12 @@ _BLOCK_MISTAKES = [
      "F.gelu(u), with no approximate argument.",
      partial(_block_variant, activation="sigmoid")),
 ]
+
+
+def _real_rows(out: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``out`` (b, n, d) with its [PAD] rows set to 0: no later layer reads them, so whatever a
+    block writes there (a padding query that attends to nothing gives NaN) is not compared."""
+    return torch.where(attention_mask.bool()[..., None], out, torch.zeros((), dtype=out.dtype))
 
 
 def _block_cases() -> list[tuple]:
@@ -526,7 +565,7 @@ def _block_reference(h, attention_mask, params, n_heads, eps) -> torch.Tensor:
     block = EncoderBlock(config).eval()
     block.load_state_dict(params)
     with torch.no_grad():
-        return block(h, mask=masks.padding(attention_mask))[0]
+        return _real_rows(block(h, mask=masks.padding(attention_mask))[0], attention_mask)
 
 
 def _block_answer(result, where, h, attention_mask, params, n_heads, eps) -> torch.Tensor:
@@ -536,7 +575,7 @@ def _block_answer(result, where, h, attention_mask, params, n_heads, eps) -> tor
     if tuple(out.shape) != tuple(h.shape):
         raise CheckFailed(f"your output has shape {tuple(out.shape)} but h has shape "
                           f"{tuple(h.shape)} (on {where}); a block keeps the shape (b, n, d).")
-    return out
+    return _real_rows(out, attention_mask)  # the [PAD] rows are never used: not compared
 
 
 _BLOCK = Exercise(
@@ -563,8 +602,9 @@ def check_encoder_block(fn: Callable) -> bool:
     """Check ``fn(h, attention_mask, params, n_heads, eps)``: one post-LN encoder block from an
     ``EncoderBlock`` state dict, padding keys hidden (Lesson 4, §2–§3).
 
-    Calling ``EncoderBlock`` fails: the exercise is to write it; so does changing ``h`` in
-    place."""
+    Only the real tokens' rows are compared: a mask that also hides the [PAD] queries is as
+    right as one that hides the [PAD] keys only. Calling ``EncoderBlock`` fails: the exercise is
+    to write it; so does changing ``h`` in place."""
     require_callable(fn)
     guarded = forbidding(fn, [(EncoderBlock, "forward", "EncoderBlock(...).forward")],
                          "write the two sub-layers yourself: h = LN_1(h + attention(h)), then "

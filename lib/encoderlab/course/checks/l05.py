@@ -275,7 +275,41 @@ def _masked_loss_probabilities(logits, labels):  # 1 - p instead of -log p
     return (1 - p).mean()
 
 
+def _masked_loss_batch_axis(logits, labels):  # log_softmax(dim=0): over the sequences
+    scored = labels != IGNORE_INDEX
+    if not scored.any():
+        return torch.tensor(0.0)
+    log_p = torch.log_softmax(logits, dim=0)[scored]  # (m, V), normalised over the batch
+    return -log_p.gather(-1, labels[scored][:, None]).mean()
+
+
+def _masked_loss_chosen_axis(logits, labels):  # log_softmax(dim=0) after selecting (m, V)
+    scored = labels != IGNORE_INDEX
+    if not scored.any():
+        return torch.tensor(0.0)
+    log_p = torch.log_softmax(logits[scored], dim=0)  # (m, V), normalised over the m positions
+    return -log_p.gather(-1, labels[scored][:, None]).mean()
+
+
+def _masked_loss_position_axis(logits, labels):  # log_softmax(dim=1): over the positions
+    scored = labels != IGNORE_INDEX
+    if not scored.any():
+        return torch.tensor(0.0)
+    log_p = torch.log_softmax(logits, dim=1)[scored]  # (m, V), normalised over the n positions
+    return -log_p.gather(-1, labels[scored][:, None]).mean()
+
+
+_WRONG_AXIS = ("your log_softmax normalises over the wrong axis (dim=0: across the sequences or "
+               "the chosen positions), but each position's distribution is over the vocabulary, "
+               "the last axis.",
+               "use log_softmax(..., dim=-1), the V axis.")
+
 _MASKED_LOSS_MISTAKES = [
+    ("your log_softmax normalises over dim=1, the n positions of each sequence, but each "
+     "position's distribution is over the vocabulary, the last axis.",
+     "use log_softmax(..., dim=-1), the V axis.", _masked_loss_position_axis),
+    (*_WRONG_AXIS, _masked_loss_batch_axis),
+    (*_WRONG_AXIS, _masked_loss_chosen_axis),
     ("with no chosen position your loss is NaN (a mean over nothing), but a batch without "
      "chosen positions carries no signal.",
      "return 0 when no label differs from -100.", _masked_loss_nan_when_empty),
@@ -346,6 +380,27 @@ _MASKED_LOSS = Exercise(
 )
 
 
+def _naming_the_class_axis(fn: Callable) -> Callable:
+    """``fn``, with PyTorch's shape error for cross_entropy on (b, n, V) logits put in words."""
+
+    @functools.wraps(fn)
+    def wrapped(logits, labels):
+        try:
+            return fn(logits, labels)
+        except RuntimeError as error:
+            if "Expected target size" not in str(error):
+                raise
+            raise CheckFailed(
+                f"cross_entropy raised on logits of shape {tuple(logits.shape)} and labels "
+                f"{tuple(labels.shape)} ({error}): it reads dimension 1 as the classes, so it "
+                "took the n positions for the vocabulary.",
+                "flatten first, F.cross_entropy(logits.flatten(0, 1), labels.flatten(), "
+                "ignore_index=-100), or move V to dimension 1 with logits.transpose(1, 2).",
+            ) from None
+
+    return wrapped
+
+
 @checker
 def check_masked_loss(fn: Callable) -> bool:
     """Check ``fn(logits, labels) -> loss``: cross-entropy at the chosen positions (Lesson 5, §1).
@@ -354,7 +409,8 @@ def check_masked_loss(fn: Callable) -> bool:
     mean of -log p(right token) over the chosen positions, and 0 when none is chosen (as
     :func:`encoderlab.objectives.mlm_loss`).
     """
-    return run(_MASKED_LOSS, fn)
+    require_callable(fn)
+    return run(_MASKED_LOSS, _naming_the_class_axis(fn))
 
 
 # --- Filling every [MASK] of a batch (Lesson 5, §4) --------------------------------------------
@@ -462,6 +518,12 @@ def _fill_answer(result, where, model, input_ids, attention_mask, mask_id, speci
                           "return (ids, probs), each of shape (m, k) for the m [MASK] tokens.")
     ids = as_tensor(result[0], "ids of shape (m, k)").cpu()
     probs = as_tensor(result[1], "probabilities of shape (m, k)").cpu()
+    if ids.is_floating_point() and not probs.is_floating_point():
+        raise CheckFailed(
+            f"your pair is (probabilities, ids) on {where}: the first element holds floats "
+            f"({ids.dtype}) and the second integers ({probs.dtype}).",
+            "return (ids, probs) in that order, as torch.topk gives (values, indices): "
+            "top.indices first, then top.values.")
     if tuple(ids.shape) != (m, k) or tuple(probs.shape) != (m, k):
         raise CheckFailed(
             f"your ids and probs have shapes {tuple(ids.shape)} and {tuple(probs.shape)} on "
@@ -475,8 +537,26 @@ def _same_fill(mine, right) -> bool:
     return torch.equal(mine[0], right[0]) and close(mine[1], right[1])
 
 
+def _shifted_ids(attempt) -> Message | None:
+    """Every guess off by one constant: ids read from a slice of the logits, not shifted back."""
+    k = attempt.first
+    mine, right = attempt.answers[k][0], attempt.references[k][0]
+    shift = (right - mine).unique()
+    if len(shift) != 1 or int(shift) == 0:
+        return None
+    c = int(shift)
+    return (f"every id you return is {abs(c)} {'lower' if c > 0 else 'higher'} than the right "
+            f"one on {attempt.where(k)}: yours {mine.tolist()}, expected {right.tolist()}. "
+            f"Positions in a slice such as logits[..., {c}:] are not token ids.",
+            f"add the offset back ({'ids + ' if c > 0 else 'ids - '}{abs(c)}), or keep all V "
+            "scores and set the special_ids to -inf.")
+
+
 def _special_guesses(attempt) -> Message | None:
-    """Tried first: a special id among the guesses, whichever specials were left in."""
+    """Tried first: ids shifted by a constant, then a special id among the guesses."""
+    shifted = _shifted_ids(attempt)
+    if shifted:
+        return shifted
     for k in attempt.wrong:
         _, _, _, _, special_ids, _ = attempt.cases[k]
         found = sorted(set(attempt.answers[k][0].flatten().tolist()) & set(special_ids))

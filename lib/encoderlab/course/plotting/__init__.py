@@ -96,6 +96,7 @@ from encoderlab.course.plotting.style import (
 )
 from encoderlab.course.plotting.tokens import (
     corruption_grid,
+    padded_batch_grid,
     span_probabilities,
     tag_grid,
     token_grid,
@@ -150,6 +151,7 @@ __all__ = [
     # tokens (tokens.py)
     "wirings_diagram",
     "token_grid",
+    "padded_batch_grid",
     "corruption_grid",
     "tag_grid",
     "span_probabilities",

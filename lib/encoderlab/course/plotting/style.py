@@ -201,6 +201,7 @@ FIGSIZES = {
     "role_bars": (MAX_FIGURE_WIDTH, 3.2),
     "role_lines": (MAX_FIGURE_WIDTH, 3.2),
     "wirings_diagram": (MAX_FIGURE_WIDTH, 7.2),  # two families above, the third below
+    "wirings_diagram_row": (MAX_FIGURE_WIDTH, 2.6),  # the three families in one row
     "figure_key": (MAX_FIGURE_WIDTH, 11.0),  # its four panels stacked
 }
 
@@ -220,7 +221,8 @@ KEY: list[tuple[str, str]] = (
         ("cell in a model's colour", "mask figures: the query may attend the key, M_ij = 0"),
         ("outlined cell", "the cell the text talks about"),
         ("rows / columns", "rows are queries i, columns are keys j"),
-        ("white → encoder blue", "similarity of small labelled sets (similarity_heatmap), 0 to 1"),
+        ("white → encoder blue", "similarity of small labelled sets (similarity_heatmap), "
+         "scale fitted to the values, read on its colour bar"),
         ("blue → white → red", "cosine similarity of large matrices (similarity_map), −1 to 1"),
         ("light grey / light sky-blue cells", "token grids: segment s_i = 0 / s_i = 1"),
         (f"grey ({SHADES['baseline']})",

@@ -54,7 +54,8 @@ def _edges(ax, pairs, role: str, gid: str, rad: float = 0.0) -> None:
         ax.add_patch(arrow)
 
 
-def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
+def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3,
+                    arrangement: str = "stacked"):
     """The three families as token boxes and attention arrows (Lesson 1, §3; Lesson 10).
 
     Each arrow runs from a key j (a token in the layer below) to a query i (a token in the layer
@@ -62,12 +63,19 @@ def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
     blue). Decoder-only: token i reads tokens j <= i only (n(n+1)/2 arrows, dashed vermillion).
     Encoder–decoder: an encoder block, and a decoder block whose every position also reads every
     encoder output through cross-attention (n_targets * n_tokens arrows, dash-dot green).
-    The first two families sit side by side, the third below them (the figure fits the column).
+    ``arrangement="stacked"`` puts the first two families side by side and the third below
+    them; ``"row"`` puts all three in one row, a short figure for a column (Lesson 1, §3).
     The arrows carry the gids "encoder-self", "decoder-self" and "cross". Returns the Axes.
     """
+    if arrangement not in ("stacked", "row"):
+        raise ValueError(
+            f'arrangement must be "stacked" or "row", got {arrangement!r}. Use "row" for a '
+            "short figure with the three families side by side."
+        )
+    row = arrangement == "row"
     for name, value in (("n_tokens", n_tokens), ("n_targets", n_targets)):
         check_int(value, name, at_least=1, at_most=8, what="boxes per row")
-    ax = new_axes(ax, figsize=FIGSIZES["wirings_diagram"])
+    ax = new_axes(ax, figsize=FIGSIZES["wirings_diagram_row" if row else "wirings_diagram"])
     bottom, top = 0.0, 2.0  # the layer below (keys) and the layer above (queries)
     lo, hi = bottom + _BOX_H / 2, top - _BOX_H / 2  # arrows start and end at the box edges
     n, m = n_tokens, n_targets
@@ -81,6 +89,9 @@ def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
                 color=SHADES["caption"])
 
     def note(x_mid, text, y=bottom - 0.55):
+        if row:  # a narrow family: the note on two lines
+            words = text.split()
+            text = " ".join(words[:len(words) // 2]) + "\n" + " ".join(words[len(words) // 2:])
         ax.text(x_mid, y, text, ha="center", va="top", fontsize=FONT_SIZES["text"])
 
     # 1. Encoder-only: all n^2 key -> query pairs.
@@ -103,12 +114,13 @@ def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
     title(x0 + (n - 1) / 2, "decoder-only", "GPT, Llama")
     note(x0 + (n - 1) / 2, "token i reads tokens j ≤ i")
 
-    # 3. Encoder–decoder, below the other two and centred under them: the encoder as in 1; the
-    # decoder, raised, reads its own past (causal) and every encoder output (cross-attention).
+    # 3. Encoder–decoder, centred below the other two (or to their right, in a row): the encoder
+    # as in 1; the decoder, raised, reads its own past (causal) and every encoder output
+    # (cross-attention).
     lift = 2.0  # the decoder block sits higher: it reads the encoder's finished outputs
-    drop = top + lift + 1.25 + 1.2  # how far below the first two families its layer 0 sits
+    drop = 0.0 if row else top + lift + 1.25 + 1.2  # how far below the others its layer 0 sits
     bottom, top, lo, hi = bottom - drop, top - drop, lo - drop, hi - drop
-    x0 = (2 * n + 0.2) / 2 - (n + 0.2 + m - 1) / 2
+    x0 = 2 * n + 2.4 if row else (2 * n + 0.2) / 2 - (n + 0.2 + m - 1) / 2
     e_x = [x0 + i for i in range(n)]
     d_x = [x0 + n + 0.2 + i for i in range(m)]
     _edges(ax, [((e_x[j], lo), (e_x[i], hi)) for i in range(n) for j in range(n)],
@@ -130,7 +142,7 @@ def wirings_diagram(ax=None, n_tokens: int = 4, n_targets: int = 3):
     note(mid, "the decoder reads every encoder output", y=bottom - 0.55)
 
     ax.set_xlim(-0.7, max(dec_x[-1], d_x[-1]) + 0.7)
-    ax.set_ylim(bottom - 1.05, top + drop + 1.25)
+    ax.set_ylim(bottom - (1.45 if row else 1.05), top + lift + 1.25 if row else top + drop + 1.25)
     ax.set_aspect("equal")
     ax.set_axis_off()
     ax.legend(
@@ -291,6 +303,49 @@ def token_grid(
             handles.append(Patch(facecolor=COLORS["padding"], label="[PAD], attention_mask 0"))
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02),
                   ncol=len(handles), borderaxespad=0.0)
+    return ax
+
+
+def padded_batch_grid(tokens, segments, attention_mask, row_labels: Sequence[str] | None = None,
+                      title: str | None = None):
+    """A padded batch on one line per text, every position in one row of columns, as wide as
+    the book's column (Lesson 2, §7): :func:`token_grid` without wrapping.
+
+    The columns share the width left by the row labels; a token too long for its column is a
+    ValueError (use shorter words, or :func:`token_grid`, which wraps). Returns the Axes.
+    """
+    rows = [list(row) for row in tokens]
+    if not rows or not rows[0] or len({len(row) for row in rows}) > 1:
+        raise ValueError("padded_batch_grid needs equally long, non-empty rows of tokens; pad "
+                         "the batch first (tokenizer(..., padding=True)).")
+    n_rows, n_cols = len(rows), len(rows[0])
+    seg = _grid_rows(segments, n_rows, n_cols, "segments")
+    pad = _grid_rows(attention_mask, n_rows, n_cols, "attention_mask") == 0
+    labels = list(row_labels) if row_labels is not None else [f"text {r}" for r in range(n_rows)]
+    if len(labels) != n_rows:
+        raise ValueError(f"row_labels must name {n_rows} rows, got {len(labels)}.")
+    label_width = 0.3 + 0.075 * max(map(len, labels))  # inches
+    column = (MAX_FIGURE_WIDTH - label_width) / n_cols  # inches per position
+    longest = max(len(token) for row in rows for token in row)
+    if 0.075 * longest + 0.05 > column:  # about 0.075 in per character at the text size
+        raise ValueError(f"{n_cols} positions leave {column:.2f} in per column, too narrow for "
+                         f"a token of {longest} characters; use shorter words or token_grid.")
+    ax = new_axes(None, figsize=(MAX_FIGURE_WIDTH, 0.9 + 0.42 * n_rows))
+    for r, row in enumerate(rows):
+        for i, token in enumerate(row):
+            face = COLORS["padding"] if pad[r, i] else SEGMENT_COLORS[int(seg[r, i])]
+            _cell(ax, r, i, face, "padding" if pad[r, i] else "token")
+            ax.text(i, r, token, ha="center", va="center", fontsize=FONT_SIZES["text"],
+                    color=SHADES["paper"] if pad[r, i] else SHADES["ink"])
+    _grid_axes(ax, n_rows, n_cols, labels)
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel("position i")
+    if title:
+        ax.set_title(title, pad=22)
+    handles = [Patch(facecolor=SEGMENT_COLORS[s], label=f"segment $s_i={s}$") for s in (0, 1)]
+    handles.append(Patch(facecolor=COLORS["padding"], label="[PAD], attention_mask 0"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3,
+              borderaxespad=0.0)
     return ax
 
 
