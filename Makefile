@@ -123,14 +123,15 @@ test-colab: $(COLAB_STAMP)
 		$$($(COLAB_BIN)/python -c 'import xdist' 2> /dev/null && echo '-n 2 --dist loadfile') \
 		--nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg lessons
 
-# Execute lesson notebooks in place (all, or NB=lessons/03-....ipynb), one at a time: before each,
+# Execute lesson notebooks in place (all, or NB=lessons/03-....ipynb), one at a time, with one
+# thread per kernel as the tests run them (training results can depend on the thread count): before each,
 # wait up to WAIT seconds for a quiet machine, then record its load average and the execution
 # time in the notebook (a test fails for one executed under load). Streams are coalesced and
 # per-cell timestamps dropped, so that diffs show only real changes.
 NB ?= lessons/*.ipynb
 WAIT ?= 300
 notebooks: $(STAMP)
-	$(BIN)/python -m encoderlab execute --wait $(WAIT) $(NB)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m encoderlab execute --wait $(WAIT) $(NB)
 
 student: $(STAMP)
 	$(BIN)/python -m encoderlab student

@@ -386,20 +386,10 @@ def test_merges_new_cases_catch_the_overlap_and_the_repeat():
 
 
 def test_merges_gain_written_as_a_sum_of_logs_passes(capsys):
-    def summed_logs(counts, n_merges):  # the same gain, its logs summed: ties can round apart
-        splits = {w: lv.split_word(w) for w in counts}
-        merges = []
-        while len(merges) < n_merges:
-            sym, pair = lv.count_symbols_and_pairs(splits, counts)
-            if not pair:
-                break
-            log_n = math.log(sum(sym.values()))
-            a, b = min(pair, key=lambda p: (-pair[p] * (math.log(pair[p]) + log_n
-                                                        - math.log(sym[p[0]])
-                                                        - math.log(sym[p[1]])), p))
-            splits = {w: lv.apply_merge(parts, a, b) for w, parts in splits.items()}
-            merges.append((a, b))
-        return merges
+    def summed_logs_gain(n, n_a, n_b, sym, counts):  # the gain, its logs summed
+        return n * (math.log(n) + math.log(sum(sym.values())) - math.log(n_a) - math.log(n_b))
+
+    summed_logs = _loop_with_score(summed_logs_gain)  # ties can round apart
 
     # On one case its rounding sends a tie the other way: ('##e', '##d') before ('##d', '##e'),
     # whose gains are equal in exact arithmetic (the same count(a b), swapped count(a), count(b)).
