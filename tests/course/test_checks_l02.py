@@ -269,9 +269,9 @@ def test_merges_mistakes_are_named(switch, message, both_passes):
     assert re.search(message, str(both_passes(check_wordpiece_merges, learner)))
 
 
-def _loop_with_score(score):
+def _loop_with_score(score, ties_to_largest=False):
     """A learner's merge loop that ranks pairs by ``score(count(a b), count(a), count(b), sym,
-    counts)``, ties to the smallest pair."""
+    counts)``, ties to the smallest pair (or, with ``ties_to_largest``, the largest)."""
     def learner(counts, n_merges):
         splits = {w: lv.split_word(w) for w in counts}
         merges = []
@@ -279,8 +279,12 @@ def _loop_with_score(score):
             sym, pair = lv.count_symbols_and_pairs(splits, counts)
             if not pair:
                 break
-            a, b = min(pair, key=lambda p: (-score(pair[p], sym[p[0]], sym[p[1]], sym, counts),
-                                            p))
+            if ties_to_largest:
+                a, b = max(pair, key=lambda p: (
+                    score(pair[p], sym[p[0]], sym[p[1]], sym, counts), p))
+            else:
+                a, b = min(pair, key=lambda p: (
+                    -score(pair[p], sym[p[0]], sym[p[1]], sym, counts), p))
             splits = {w: lv.apply_merge(parts, a, b) for w, parts in splits.items()}
             merges.append((a, b))
         return merges
@@ -402,19 +406,10 @@ def test_merges_gain_written_as_a_sum_of_logs_passes(capsys):
 
 
 def test_merges_tie_between_identical_counts_still_goes_to_the_smallest_pair(both_passes):
-    def largest_on_ties(counts, n_merges):  # exact gains, but ties to the largest pair
-        splits = {w: lv.split_word(w) for w in counts}
-        merges = []
-        while len(merges) < n_merges:
-            sym, pair = lv.count_symbols_and_pairs(splits, counts)
-            if not pair:
-                break
-            total = sum(sym.values())
-            a, b = max(pair, key=lambda p: (pair[p] * math.log(
-                pair[p] * total / (sym[p[0]] * sym[p[1]])), p))
-            splits = {w: lv.apply_merge(parts, a, b) for w, parts in splits.items()}
-            merges.append((a, b))
-        return merges
+    def gain(n, n_a, n_b, sym, counts):  # the exact gain, as one expression
+        return n * math.log(n * sum(sym.values()) / (n_a * n_b))
+
+    largest_on_ties = _loop_with_score(gain, ties_to_largest=True)  # ties to the largest pair
 
     failure = both_passes(check_wordpiece_merges, largest_on_ties)
     assert re.search("ties go to the largest pair|tie exactly", str(failure))

@@ -436,31 +436,30 @@ LESSON_NOTEBOOKS = sorted((ROOT / "lessons").glob("[0-9][0-9]-*.ipynb"))
 SCREEN = {"width": 1300, "height": 900}
 
 
-def _lesson_screens(browser, site) -> dict[str, float]:
+@pytest.fixture(scope="module")
+def lesson_screens(browser, site) -> dict[str, float]:
     """Each lesson page's height in screens of 1,300 x 900, as it opens (solutions and folded
     code closed), once its math is typeset."""
-    if not hasattr(_lesson_screens, "found"):
-        context = browser.new_context(viewport=SCREEN)
-        found = {}
-        try:
-            page = context.new_page()
-            for notebook in LESSON_NOTEBOOKS:
-                page.goto(f"{site}lessons/{notebook.stem}.html", wait_until="load")
-                if page.locator(".math").count():
-                    page.wait_for_function("() => window.MathJax && MathJax.startup "
-                                           "&& MathJax.startup.promise", timeout=30_000)
-                    page.evaluate("() => MathJax.startup.promise.then(() => true)")
-                height = page.evaluate("() => document.documentElement.scrollHeight")
-                found[notebook.stem] = height / SCREEN["height"]
-        finally:
-            context.close()
-        _lesson_screens.found = found
-    return _lesson_screens.found
+    context = browser.new_context(viewport=SCREEN)
+    found = {}
+    try:
+        page = context.new_page()
+        for notebook in LESSON_NOTEBOOKS:
+            page.goto(f"{site}lessons/{notebook.stem}.html", wait_until="load")
+            if page.locator(".math").count():
+                page.wait_for_function("() => window.MathJax && MathJax.startup "
+                                       "&& MathJax.startup.promise", timeout=30_000)
+                page.evaluate("() => MathJax.startup.promise.then(() => true)")
+            height = page.evaluate("() => document.documentElement.scrollHeight")
+            found[notebook.stem] = height / SCREEN["height"]
+    finally:
+        context.close()
+    return found
 
 
 @pytest.mark.parametrize("notebook", LESSON_NOTEBOOKS, ids=[p.name[:2] for p in LESSON_NOTEBOOKS])
-def test_lesson_page_is_at_most_the_screen_budget(browser, site, notebook):
-    screens = _lesson_screens(browser, site)[notebook.stem]
+def test_lesson_page_is_at_most_the_screen_budget(lesson_screens, notebook):
+    screens = lesson_screens[notebook.stem]
     limit = BUDGET["screens"]
     if int(notebook.name[:2]) in BUDGET["pending"]:
         if screens > limit:

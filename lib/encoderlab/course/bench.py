@@ -277,19 +277,17 @@ def cost_table(ns, d_k: int = 64, n_heads: int = 4, block: int = 128) -> str:
         full = attention_flops(n, d_k=d_k, n_heads=n_heads)
         causal = attention_flops(n, d_k=d_k, n_heads=n_heads, causal=True)
         lines.append(f"{n:>5} {full / 1e9:>12.3f} {causal / 1e9:>7.3f} {full / causal:>20.3f}"
-                     f" {block_ratio(n, block):>13.3f}")
+                     f" {tiled.tile_ratio_causal(n, block):>13.3f}")
     return "\n".join(lines)
 
 
 def _full_against_causal(attend, qkv, causal: dict, repeats: int):
     """One kernel's full and causal calls timed in turns (time_pair)."""
     with torch.inference_mode():
-        return time_pair(lambda: attend(*qkv), lambda: attend(*qkv, **causal),
-                               repeats=repeats)
+        return time_pair(lambda: attend(*qkv), lambda: attend(*qkv, **causal), repeats=repeats)
 
 
-def time_full_and_causal(ns, n_heads: int = 4, d_k: int = 64, repeats: int = 5,
-                         seed: int = 0) -> list[dict]:
+def time_full_and_causal(ns, n_heads: int = 4, d_k: int = 64, repeats: int = 5) -> list[dict]:
     """Time full against causal attention on one CPU thread, per n: PyTorch's SDPA and the
     course's tiled loop, each with the ratio its block plan predicts (Lesson 3, §4).
 
@@ -297,20 +295,19 @@ def time_full_and_causal(ns, n_heads: int = 4, d_k: int = 64, repeats: int = 5,
     one round), "tiles" (the loop's tiles of 128) and "sdpa_blocks" (:func:`sdpa_cpu_blocks`).
     Full and causal run in turns (:func:`time_pair`), so a slow moment hits both."""
     ns = [check_positive_int(n, "every n") for n in ns]
-    g = torch.Generator().manual_seed(seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: ratios that do not depend on the core count
     rows = []
     try:
         for n in ns:
-            q, k, v = (torch.randn(1, n_heads, n, d_k, generator=g) for _ in range(3))
+            q, k, v = _qkv(n, n_heads, d_k)  # (1, h, n, d_k) each, seeded
             sdpa = _full_against_causal(F.scaled_dot_product_attention, (q, k, v),
                                         {"is_causal": True}, repeats)
             loop = _full_against_causal(tiled.tiled_attention, (q, k, v), {"causal": True},
                                         repeats)
             rows.append({"n": n, "tiled": (loop.ratio, *loop.paired[1:]),
                          "sdpa": (sdpa.ratio, *sdpa.paired[1:]),
-                         "tiles": block_ratio(n, 128),
+                         "tiles": tiled.tile_ratio_causal(n, 128),
                          "sdpa_blocks": block_ratio(n, *sdpa_cpu_blocks(n))})
     finally:
         torch.set_num_threads(threads)
