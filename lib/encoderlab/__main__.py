@@ -3,9 +3,6 @@
     bench       time the course's attention and encoder pairs side by side (Lessons 3, 7, 9)
     train       retrain a lesson's small artefact (Lessons 5-8); --list shows them
     data        check the frozen corpora (--build rebuilds them on Python 3.11)
-    student     write the student notebooks and the instructors' tables
-    grade       grade submitted notebooks into a CSV, fenced in, several at once
-    gradescope  write a lesson's Gradescope autograder, or run it
     execute     execute lesson notebooks one at a time on a quiet machine (make notebooks)
     figures     draw the figure key (figures/figure-key.png)
 
@@ -22,9 +19,6 @@ TOOLS = {
     "bench": "encoderlab.course.bench",
     "train": "encoderlab.course.train",
     "data": "encoderlab.data",
-    "student": "encoderlab.course.student",
-    "grade": "encoderlab.course.grade",
-    "gradescope": "encoderlab.course.gradescope",
     "execute": "encoderlab.course.execute",
     "figures": "encoderlab.course.plotting",
 }

@@ -145,10 +145,16 @@ def check_mask(mask: torch.Tensor, shape: tuple[int, ...], name: str = "mask") -
     except RuntimeError:
         fits = False
     if not fits:
+        n_q, n_kv = tuple(shape)[-2:]
+        if mask.dim() == 2 and mask.shape[0] == mask.shape[1]:  # a square mask of another run
+            advice = f"A square mask must be built for this run's lengths: ({n_q}, {n_kv})."
+        elif mask.dim() and mask.shape[-1] == n_kv:  # the keys fit: axes are missing
+            advice = "A (b, n) padding mask must go through masks.padding() to become (b, 1, 1, n)."
+        else:
+            advice = f"Its last axis must count the keys: {n_kv} (or 1)."
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-            f"{tuple(shape)} (batch, heads, n_q, n_kv). A (b, n) padding mask must go "
-            "through masks.padding() to become (b, 1, 1, n)."
+            f"{tuple(shape)} (batch, heads, n_q, n_kv). {advice}"
         )
 
 

@@ -126,8 +126,11 @@ def test_mask_errors_name_the_problem_and_the_fix():
         scaled_dot_product_attention(q, k, v, torch.zeros(3, 3))
     with pytest.raises(ValueError, match=r"does not broadcast.*masks.padding"):
         scaled_dot_product_attention(q, k, v, torch.ones(2, 3, dtype=torch.bool)[:, None])
-    with pytest.raises(ValueError, match="does not broadcast"):
+    with pytest.raises(ValueError, match=r"does not broadcast.*built for this run's lengths: "
+                       r"\(3, 3\)"):
         MultiHeadAttention(8, 2)(torch.randn(2, 3, 8), mask=torch.ones(4, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"does not broadcast.*must count the keys: 3"):
+        scaled_dot_product_attention(q, k, v, torch.ones(2, 1, 1, 5, dtype=torch.bool))
 
 
 def test_shape_errors():

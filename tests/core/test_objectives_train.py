@@ -8,11 +8,11 @@ from torch import nn
 
 from encoderlab import masks
 from encoderlab.attention import offset_attention_mass
-from encoderlab.course.train import train
 from encoderlab.data import BigramLanguage
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import LanguageModelHead, TinyLM
 from encoderlab.objectives import next_token_loss
+from encoderlab.training import train
 
 TINY = EncoderConfig(
     vocab_size=12, d_model=32, n_heads=4, n_layers=2, d_ff=64, n_max=16, dropout=0.0
@@ -92,9 +92,13 @@ def test_bigram_language_is_deterministic_and_valid():
         assert not lang.is_valid(a)
 
 
-@pytest.mark.parametrize("kwargs", [{"vocab_size": 1}, {"branching": 0}, {"branching": 99}])
-def test_bigram_language_rejects_bad_sizes(kwargs):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("kwargs, message", [
+    ({"vocab_size": 1}, r"vocab_size must be an int >= 2, got 1"),
+    ({"branching": 0}, r"branching must be an int from 1 to 32 .*got 0"),
+    ({"branching": 99}, r"branching must be an int from 1 to 32 .*got 99"),
+])
+def test_bigram_language_rejects_bad_sizes(kwargs, message):
+    with pytest.raises(ValueError, match=message):
         BigramLanguage(**kwargs)
 
 
@@ -184,7 +188,7 @@ def test_train_errors_are_clear():
 
 
 def test_warmup_factor_rises_then_decays_to_zero_or_stays_constant():
-    from encoderlab.course.train import warmup_factor
+    from encoderlab.training import warmup_factor
     assert [warmup_factor(t, 6, 2) for t in range(8)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
     assert [warmup_factor(t, 6, 2, decay=False) for t in range(4)] == [0.5, 1.0, 1.0, 1.0]
     assert warmup_factor(0, 4, 0) == 1.0  # no warm-up: decay from the first step

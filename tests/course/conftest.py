@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from encoderlab.course.checks.harness import FIX_PREFIX, CheckFailed, name_of
@@ -44,6 +46,7 @@ def _through_recording(original):
     import functools
 
     from encoderlab.course.checks import record
+    from encoderlab_grader import judge
 
     @functools.wraps(original)
     def check(fn, *args, hint: bool = False):
@@ -52,7 +55,7 @@ def _through_recording(original):
 
         judged.__name__ = original.__name__  # the messages name the check
         text = record.answers_of(lambda f: original(f, *args), fn)
-        return record.judge(judged, name_of(fn), text, hint=hint)
+        return judge.judge(judged, name_of(fn), text, hint=hint)
 
     return check
 
@@ -67,8 +70,9 @@ def _graded_checks(request, monkeypatch):
 
     from encoderlab.course import checks
 
+    lessons = sorted(p.stem for p in Path(checks.__file__).parent.glob("l[0-9][0-9]*.py"))
     modules = [checks, request.module] + [
-        importlib.import_module(f"encoderlab.course.checks.l{k:02d}") for k in range(1, 11)]
+        importlib.import_module(f"encoderlab.course.checks.{name}") for name in lessons]
     originals = {name: getattr(checks, name) for name in dir(checks) if name.startswith("check_")}
     for module in modules:  # wherever a test finds a checker: the package, a lesson's, its own
         for name, original in originals.items():

@@ -4,6 +4,7 @@ first, the one-line fix with ``hint=True``)."""
 
 import importlib
 import inspect
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,10 +175,14 @@ def test_notice_comes_before_the_mistakes_and_review_sees_every_answer():
     assert seen == [2]
 
 
+# Each lesson's checkers: checks/lNN.py, and a module of its own for a long lesson (l04_...).
+CHECK_MODULES = sorted(p.stem for p in Path(checks.__file__).parent.glob("l[0-9][0-9]*.py"))
+
+
 def test_the_package_exports_every_checker_in_lesson_order():
     names = [name for name in checks.__all__ if name.startswith("check_")]
     assert checks.__all__[0] == "CheckFailed"
-    modules = [importlib.import_module(f"encoderlab.course.checks.l{k:02d}") for k in range(1, 11)]
+    modules = [importlib.import_module(f"encoderlab.course.checks.{m}") for m in CHECK_MODULES]
     exported = sorted(name for module in modules for name in module.__all__)
     assert sorted(names) == exported  # every lesson's checkers, each once
     assert all(callable(getattr(checks, name)) for name in names)
@@ -187,7 +192,7 @@ def test_the_package_exports_every_checker_in_lesson_order():
 
 # --- Every lesson's checkers: two passes, and named mistakes split into diagnosis and fix ------
 
-_LESSONS = [importlib.import_module(f"encoderlab.course.checks.l{k:02d}") for k in range(1, 11)]
+_LESSONS = [importlib.import_module(f"encoderlab.course.checks.{name}") for name in CHECK_MODULES]
 
 
 def _named_mistakes():

@@ -1,5 +1,5 @@
-"""Lesson 1's checkers: check_cosine_similarity, check_objective_labels and
-check_batch_objective."""
+"""Lesson 1's checkers: check_objective_labels, check_batch_objective and
+check_prefix_fixed."""
 
 import re
 
@@ -9,55 +9,9 @@ import torch
 from encoderlab.course.checks import (
     CheckFailed,
     check_batch_objective,
-    check_cosine_similarity,
     check_objective_labels,
+    check_prefix_fixed,
 )
-
-# --- checks.check_cosine_similarity ------------------------------------------------------------
-
-
-def cosine_reference(x):
-    unit = x / x.norm(dim=1, keepdim=True)
-    return unit @ unit.T
-
-
-def cosine_numpy(x):
-    import numpy as np
-
-    a = x.numpy()
-    unit = a / np.linalg.norm(a, axis=1, keepdims=True)
-    return unit @ unit.T  # a numpy array is accepted too
-
-
-@pytest.mark.parametrize("fn", [cosine_reference, cosine_numpy])
-def test_cosine_checker_accepts_correct_answers(fn, capsys):
-    assert check_cosine_similarity(fn)
-    assert "✓ cosine similarity" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    ("fn", "message"),
-    [
-        (lambda x: x @ x.T, "raw dot products"),
-        (lambda x: (x / x.norm(dim=0, keepdim=True)) @ (x / x.norm(dim=0, keepdim=True)).T,
-         "wrong axis"),
-        (lambda x: (x / x.norm(dim=1, keepdim=True)) @ x.T, "only one side"),
-        (lambda x: x @ x.T / x.norm() ** 2, "norm of the whole matrix"),
-        (lambda x: torch.cdist(x, x), "Euclidean distances"),
-        (lambda x: x @ x.T / (x.norm(dim=1) * x.norm(dim=1)), r"by \|x_j\|², one length"),
-        (lambda x: (x @ x.T) / (x.norm(dim=1, keepdim=True) * x.norm(dim=1, keepdim=True)),
-         r"by \|x_i\|², one length"),
-        (lambda x: 1 - cosine_reference(x), "cosine distance 1 - cos"),
-        (lambda x: (x.T / x.T.norm(dim=1, keepdim=True)) @ (x.T / x.T.norm(dim=1, keepdim=True)).T,
-         r"pair of features \(columns\)"),
-        (lambda x: cosine_reference(x)[:, :1], r"should be \(m, m\)"),
-        (lambda x: cosine_reference(x) * 0.5, "differs from cos"),
-        (lambda x: x.no_such_method(), "raised AttributeError"),
-    ],
-)
-def test_cosine_checker_names_the_mistake(fn, message, both_passes):
-    assert re.search(message, str(both_passes(check_cosine_similarity, fn)))
-
 
 # --- checks.check_objective_labels -------------------------------------------------------------
 
@@ -382,3 +336,144 @@ def test_check_batch_objective_gives_the_nan_reason(both_passes):
     failure = both_passes(check_batch_objective,
                           lambda *case: batch_objective(*case, rows_too=True))
     assert "NaN" in str(failure)
+
+
+# --- checks.check_prefix_fixed ------------------------------------------------------------------
+
+
+def _hand_causal(n):
+    return torch.ones(n, n).tril().bool()  # True = may attend: key j <= query i
+
+
+def prefix_reference(model, input_ids, new_ids):
+    """Written independently: one run per length and mask, rows compared with allclose."""
+    n = len(input_ids)
+    both = torch.cat([input_ids, new_ids])
+    out = {}
+    for name, mask_of in (("bidirectional", lambda m: None), ("causal", _hand_causal)):
+        with torch.no_grad():
+            short = model(input_ids.unsqueeze(0), mask=mask_of(n)).last_hidden_state[0]
+            long = model(both.unsqueeze(0), mask=mask_of(len(both))).last_hidden_state[0]
+        out[name] = torch.tensor([not torch.allclose(long[i], short[i], rtol=0, atol=1e-4 *
+                                                     float(short[i].norm())) for i in range(n)])
+    return out
+
+
+def test_prefix_checker_accepts_an_independent_answer(capsys):
+    assert check_prefix_fixed(prefix_reference)
+    assert "✓ what appending moves" in capsys.readouterr().out
+
+
+def test_prefix_checker_cases_show_both_behaviours():
+    """On every case of the checker: under the causal mask no prefix vector moves, without it
+    every one does (the expectation of Lesson 1, §5, not the checker's own code)."""
+    from encoderlab.course.checks.l01 import _prefix_cases
+
+    for model, ids, new in _prefix_cases():
+        moved = prefix_reference(model, ids, new)
+        assert not moved["causal"].any() and moved["bidirectional"].all()
+
+
+def _no_causal(model, input_ids, new_ids):
+    moved = prefix_reference(model, input_ids, new_ids)
+    return {"bidirectional": moved["bidirectional"], "causal": moved["bidirectional"]}
+
+
+def _mask_on_short_run_only(model, input_ids, new_ids):
+    n = len(input_ids)
+    out = {}
+    for name in ("bidirectional", "causal"):
+        mask = _hand_causal(n) if name == "causal" else None
+        with torch.no_grad():
+            before = model(input_ids[None], mask=mask).last_hidden_state[0]
+            after = model(torch.cat([input_ids, new_ids])[None]).last_hidden_state[0, :n]
+        out[name] = (after - before).norm(dim=-1) > 1e-4 * before.norm(dim=-1)
+    return out
+
+
+def _last_rows(model, input_ids, new_ids):
+    n, both = len(input_ids), torch.cat([input_ids, new_ids])
+    out = {}
+    for name in ("bidirectional", "causal"):
+        with torch.no_grad():
+            before = model(input_ids[None], mask=_hand_causal(n) if name == "causal"
+                           else None).last_hidden_state[0]
+            after = model(both[None], mask=_hand_causal(len(both)) if name == "causal"
+                          else None).last_hidden_state[0, -n:]
+        out[name] = (after - before).norm(dim=-1) > 1e-4 * before.norm(dim=-1)
+    return out
+
+
+def _fixed_not_moved(model, input_ids, new_ids):
+    return {k: ~v for k, v in prefix_reference(model, input_ids, new_ids).items()}
+
+
+def _swapped(model, input_ids, new_ids):
+    moved = prefix_reference(model, input_ids, new_ids)
+    return {"bidirectional": moved["causal"], "causal": moved["bidirectional"]}
+
+
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [
+        (_no_causal, "causal mask did not reach one of your runs"),
+        (_mask_on_short_run_only, "causal mask did not reach one of your runs"),
+        (_last_rows, r"the last n of the longer run"),
+        (_fixed_not_moved, "wrong way round"),
+        (_swapped, "wrong way round"),
+        (lambda m, i, n: tuple(prefix_reference(m, i, n).values()), "dict with the keys"),
+        (lambda m, i, n: {k: v.float() for k, v in prefix_reference(m, i, n).items()},
+         "must be boolean"),
+        (lambda m, i, n: {k: torch.cat([v, v[:1]]) for k, v in
+                          prefix_reference(m, i, n).items()}, r"one entry per position"),
+        (lambda m, i, n: {"bidirectional": prefix_reference(m, i, n)["bidirectional"],
+                          "causal": torch.arange(len(i)) == 0},
+         "under the causal mask, position 0"),
+    ],
+)
+def test_prefix_checker_names_the_mistake(fn, message, both_passes):
+    assert re.search(message, str(both_passes(check_prefix_fixed, fn)))
+
+
+def test_prefix_checker_refuses_changing_input_ids(both_passes):
+    def appends_in_place(model, input_ids, new_ids):
+        moved = prefix_reference(model, input_ids, new_ids)
+        input_ids.zero_()
+        return moved
+
+    assert "input_ids" in str(both_passes(check_prefix_fixed, appends_in_place))
+
+
+# --- the fallbacks name the cause ---------------------------------------------------------------
+
+
+def test_labels_fallback_says_nothing_follows_the_last_token(both_passes):
+    def sep_predicts_itself(input_ids, objective, masked_positions):
+        labels = torch.full_like(input_ids, -100)
+        if objective == "next-token":
+            labels[:-1] = input_ids[1:]
+            labels[-1] = input_ids[-1]  # the slip: [SEP] scored against itself
+        else:
+            labels[list(masked_positions)] = input_ids[list(masked_positions)]
+        return labels
+
+    message = str(both_passes(check_objective_labels, sep_predicts_itself))
+    assert "nothing follows the last token" in message
+    assert "[SEP] predicting itself" in message
+
+
+def test_prefix_fallback_names_rounding_for_exact_equality(both_passes):
+    def exact_equality(model, input_ids, new_ids):
+        n, both = len(input_ids), torch.cat([input_ids, new_ids])
+        out = {}
+        for name in ("bidirectional", "causal"):
+            rows = []
+            for ids in (input_ids, both):
+                mask = _hand_causal(len(ids)) if name == "causal" else None
+                with torch.no_grad():
+                    rows.append(model(ids[None], mask=mask).last_hidden_state[0, :n])
+            out[name] = (rows[1] != rows[0]).any(dim=-1)  # the slip: no tolerance
+        return out
+
+    message = str(both_passes(check_prefix_fixed, exact_equality))
+    assert "floating-point rounding" in message and "Exact equality is too strict" in message

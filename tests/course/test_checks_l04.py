@@ -1,4 +1,5 @@
-"""Lesson 4's checkers: check_parameter_count, check_layer_norm and check_encoder_block."""
+"""Lesson 4's checkers: check_parameter_count, check_layer_norm, check_encoder_block and
+check_value_contributions."""
 
 import re
 
@@ -13,6 +14,7 @@ from encoderlab.course.checks import (
     check_encoder_block,
     check_layer_norm,
     check_parameter_count,
+    check_value_contributions,
 )
 from encoderlab.encoder import EncoderBlock, EncoderConfig, count_parameters
 from encoderlab.lessons import l04_count as counting
@@ -53,6 +55,8 @@ def _count(c, *, bias=1, ln=2, pos=True, seg=True, n_att=4, heads=False, d_ff=No
          "dropped the LayerNorm after the embeddings for pre-LN"),
         (lambda c: _count(c) - c.n_layers * 2 * c.d_model, "one LayerNorm per block"),
         (lambda c: _count(c) - c.n_layers * c.d_model, "the bias of W_O"),
+        (lambda c: _count(c) + c.n_layers * (c.n_heads - 1) * c.d_model,  # b_O per head
+         r"W_O's bias once per head"),
         (lambda c: _count(c, final=True), "post-LN stack too"),
         (lambda c: _count(c, blocks=1), "you count one block"),
         (lambda c: _count(c, emb=False), "count only the blocks"),
@@ -65,8 +69,8 @@ def test_parameter_count_names_the_mistake(wrong, words, both_passes):
     assert re.search(words, str(both_passes(check_parameter_count, wrong)))
 
 
-def test_parameter_count_accepts_the_reference_and_its_variants(capsys):
-    assert check_parameter_count(count_parameters) is True
+def test_parameter_count_accepts_an_independent_count_and_its_variants(capsys):
+    assert check_parameter_count(_count) is True  # the formula above, written in this file
     assert "✓ parameter count" in capsys.readouterr().out
     assert check_parameter_count(lambda c: sum(counting.parameter_breakdown(c).values()))
     assert check_parameter_count(lambda c: torch.tensor(count_parameters(c)))  # an int tensor
@@ -146,12 +150,15 @@ def layer_norm_reference(x, gain, bias, eps):
          "never subtract the mean"),
         (lambda x, g, b, e: x / (x.pow(2).mean(-1, keepdim=True) + e).sqrt() * g + b,
          "that is RMSNorm"),
-        (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), eps=e), "without the learned gain"),
-        (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), b, g, e), "swapped gain and bias"),
-        (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), eps=e) + b, "never use the gain"),
-        (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), eps=e) * g, "never add the bias"),
-        (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), g, b, e)[..., :-1],
-         "LayerNorm keeps the shape"),
+        (lambda x, g, b, e: _ln(x, 1.0, 0.0, e), "without the learned gain"),
+        (lambda x, g, b, e: _ln(x, b, g, e), "swapped gain and bias"),
+        (lambda x, g, b, e: _ln(x, 1.0, 0.0, e) + b, "never use the gain"),
+        (lambda x, g, b, e: _ln(x, 1.0, 0.0, e) * g, "never add the bias"),
+        (lambda x, g, b, e: _ln(x, g, b, e)[..., :-1], "LayerNorm keeps the shape"),
+        (lambda x, g, b, e: F.layer_norm(x, (x.shape[-1],), g, b, e),
+         r"^you called F\.layer_norm"),  # the exercise is to write it
+        (lambda x, g, b, e: torch.nn.LayerNorm(x.shape[-1], eps=e)(x),
+         r"^you called F\.layer_norm"),
         (lambda x, g, b, e: "normalised", "not a tensor"),
     ],
 )
@@ -159,11 +166,11 @@ def test_layer_norm_names_the_mistake(wrong, words, both_passes):
     assert re.search(words, str(both_passes(check_layer_norm, wrong)))
 
 
-def test_layer_norm_accepts_the_reference_and_a_hand_written_one():
-    assert check_layer_norm(layer_norm_reference) is True
-    assert check_layer_norm(lambda x, g, b, e: _ln(x, g, b, e))
+def test_layer_norm_accepts_a_hand_written_one():
+    assert check_layer_norm(lambda x, g, b, e: _ln(x, g, b, e)) is True
     # numpy in, numpy out is not the contract, but a numpy result is converted
-    assert check_layer_norm(lambda x, g, b, e: layer_norm_reference(x, g, b, e).numpy())
+    assert check_layer_norm(lambda x, g, b, e: _ln(x, g, b, e).numpy())
+    assert F.layer_norm is not None and torch.layer_norm is not None  # restored afterwards
 
 
 def test_layer_norm_fallback_names_nan_and_the_size_of_the_difference():
@@ -174,7 +181,7 @@ def test_layer_norm_fallback_names_nan_and_the_size_of_the_difference():
         check_layer_norm(nan_and_unbiased)
 
     def slightly_off(x, g, b, e):
-        return layer_norm_reference(x, g, b, e) + 1e-3
+        return _ln(x, g, b, e) + 1e-3
 
     with pytest.raises(CheckFailed, match=r"differs from .* by up to 0\.001"):
         check_layer_norm(slightly_off)
@@ -185,7 +192,8 @@ def test_layer_norm_fallback_names_nan_and_the_size_of_the_difference():
 
 def encoder_block(h, attention_mask, params, n_heads, eps, *, pre=False, add_after_norm=False,
                   act=F.gelu, attention_residual=True, mlp_residual=True, swap_norms=False,
-                  padding=True, unbiased=False, fixed_eps=None, mlp_biases=("w_1", "w_2")):
+                  padding=True, unbiased=False, fixed_eps=None, mlp_biases=("w_1", "w_2"),
+                  port=None):
     """A learner's post-LN block from an EncoderBlock state dict; each keyword is one slip."""
     d = h.shape[-1]
     attention = MultiHeadAttention(d, n_heads)
@@ -214,6 +222,15 @@ def encoder_block(h, attention_mask, params, n_heads, eps, *, pre=False, add_aft
         return F.linear(u, params["mlp.w_2.weight"], bias["w_2"])
 
     with torch.no_grad():
+        if port == "stale":  # the second residual reuses the block's input
+            x = ln(h + attend(h), first)
+            return ln(h + mlp(x), second)
+        if port == "no_norm_1":
+            x = h + attend(h)
+            return ln(x + mlp(x), second)
+        if port == "mlp_raw":  # the MLP reads the sum before norm_1
+            x = h + attend(h)
+            return ln(ln(x, first) + mlp(x), second)
         if pre:
             h = h + attend(ln(h, first))
             return h + mlp(ln(h, second))
@@ -302,6 +319,9 @@ def test_encoder_block_forbids_the_library_block(both_passes):
         ({"mlp_biases": ("w_1",)}, r"^your MLP leaves out the bias of its second layer"),
         ({"mlp_biases": ()}, r"^your MLP leaves out its biases"),
         ({"act": lambda u: u * torch.sigmoid(1.702 * u)}, r"^your MLP uses the sigmoid approx"),
+        ({"port": "stale"}, r"^your second residual adds the block's input h"),
+        ({"port": "no_norm_1"}, r"^you left out norm_1"),
+        ({"port": "mlp_raw"}, r"^your MLP reads the un-normalised sum"),
     ],
 )
 def test_encoder_block_names_the_mistake(slip, words, both_passes):
@@ -323,3 +343,77 @@ def test_encoder_block_shape_and_fallback():
         check_encoder_block(mean_over_tokens)
     with pytest.raises(CheckFailed, match=r"^your output differs from EncoderBlock"):
         check_encoder_block(noisy)
+
+
+# --- check_value_contributions: ||A_ij f_k(h_j)||, written out independently -------------------
+
+
+def contributions(attention, h, weights, *, w_o=True, value_bias=True, transpose=True,
+                  interleave=False, output_bias=False, by_query=False):
+    """A learner's loop over heads and keys; each keyword is one slip."""
+    b, n, d = h.shape
+    heads, d_k = attention.n_heads, attention.d_k
+    W_V, W_O = attention.w_v.weight.T, attention.w_o.weight  # (d_in, d_out), (out, in)
+    W_O = W_O.T if transpose else W_O
+    out = torch.zeros(b, heads, n, n)
+    with torch.no_grad():
+        v = h @ W_V + (attention.w_v.bias if value_bias else 0)  # (b, n, d)
+        for k in range(heads):
+            cols = (torch.arange(d_k) * heads + k) if interleave else torch.arange(k * d_k,
+                                                                                   (k + 1) * d_k)
+            f = v[..., cols]  # (b, n, d_k)
+            if w_o:
+                f = f @ W_O[cols] + (attention.w_o.bias if output_bias else 0)  # (b, n, d)
+            size = f.norm(dim=-1)  # (b, n)
+            for i in range(n):
+                for j in range(n):
+                    out[:, k, i, j] = weights[:, k, i, j] * size[:, i if by_query else j]
+    return out
+
+
+def test_value_contributions_accepts_a_loop_and_matches_the_sum_it_measures(capsys):
+    assert check_value_contributions(contributions) is True
+    assert "correct on 4 cases" in capsys.readouterr().out
+    # independent check of the meaning: the head's output row is sum_j A_ij f_k(h_j), so its
+    # norm is at most the sum of the entries (triangle inequality), equal for one key
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(8, 2).eval()
+    h = torch.randn(1, 3, 8)
+    with torch.no_grad():
+        weights = attention(h)[1]
+    one_hot = torch.zeros_like(weights)
+    one_hot[..., 1] = 1.0  # every query takes key 1 only
+    got = contributions(attention, h, one_hot)
+    with torch.no_grad():
+        v = attention.w_v(h)[0, 1, :4] @ attention.w_o.weight.T[:4]  # head 1, key 1
+    assert got[0, 0, 2, 1].item() == pytest.approx(v.norm().item(), rel=1e-5)
+    assert got[0, 0, 2, 0].item() == 0.0
+
+
+@pytest.mark.parametrize(
+    "slip, words",
+    [
+        ({"w_o": False}, r"^you took the norm of the value vector"),
+        ({"value_bias": False}, r"^you left out W_V's bias"),
+        ({"transpose": False}, r"^you used attention\.w_o\.weight without transposing"),
+        ({"interleave": True}, r"^your heads take interleaved columns"),
+        ({"output_bias": True}, r"^you added W_O's bias"),
+        ({"by_query": True}, r"^you scaled the weights by the size of the query's f"),
+    ],
+)
+def test_value_contributions_names_the_mistake(slip, words, both_passes):
+    def wrong(attention, h, weights):
+        return contributions(attention, h, weights, **slip)
+
+    failure = both_passes(check_value_contributions, wrong)
+    assert re.search(words, str(failure)) and failure.fix
+
+
+def test_value_contributions_shape_and_forbidden_reference():
+    from encoderlab.lessons import l04_inspect_stack
+
+    with pytest.raises(CheckFailed, match=r"^your output has shape"):
+        check_value_contributions(lambda a, h, w: contributions(a, h, w).sum(dim=-1))
+    with pytest.raises(CheckFailed, match=r"^you called l04_inspect_stack\.value_contributions"):
+        check_value_contributions(
+            lambda a, h, w: l04_inspect_stack.value_contributions(a, h, w))

@@ -111,12 +111,12 @@ def test_check_masked_loss_accepts_the_reference_and_a_hand_version(capsys):
     def by_hand(logits, labels):
         chosen = labels != -100
         if not chosen.any():
-            return torch.tensor(0.0)
+            return logits.sum() * 0.0
         logp = torch.log_softmax(logits[chosen], dim=-1)
         return -logp.gather(1, labels[chosen][:, None]).mean()
 
     assert check_masked_loss(by_hand)
-    assert "correct on 5 cases" in capsys.readouterr().out
+    assert "correct on 6 cases" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -138,6 +138,26 @@ def test_check_masked_loss_names_the_mistake(wrong, message, both_passes):
     assert re.search(message, str(both_passes(check_masked_loss, wrong)))
 
 
+def test_check_masked_loss_wants_a_zero_with_a_graph(both_passes):
+    def zero_without_graph(logits, labels):  # right numbers, but backward() fails when empty
+        chosen = labels != -100
+        if not chosen.any():
+            return torch.tensor(0.0)
+        return mlm_loss(logits, labels)
+
+    message = str(both_passes(check_masked_loss, zero_without_graph))
+    assert re.search(r"not connected to the logits .*backward\(\) would raise", message)
+
+
+def test_check_mlm_corrupt_reads_padding_from_the_mask_not_the_ids(both_passes):
+    def ignores_the_mask(ids, mask, special_ids, vocab_size, mask_id, generator):
+        return reference_corrupt(ids, torch.ones_like(mask), special_ids, vocab_size, mask_id,
+                                 generator)  # padding is [PAD] in some rows only
+
+    message = str(both_passes(check_mlm_corrupt, ignores_the_mask))
+    assert re.search(r"you chose padding positions \(attention_mask 0; in half the rows", message)
+
+
 def test_check_masked_loss_names_the_class_axis_of_cross_entropy(both_passes):
     def unflattened(logits, labels):  # (b, n, V) straight into cross_entropy: V must be dim 1
         return F.cross_entropy(logits, labels, ignore_index=-100)
@@ -153,7 +173,7 @@ def test_check_masked_loss_names_log_softmax_over_the_wrong_axis(selected_first,
     def wrong_axis(logits, labels):
         chosen = labels != -100
         if not chosen.any():
-            return torch.tensor(0.0)
+            return logits.sum() * 0.0
         if selected_first:  # (m, V), normalised over the m chosen positions
             log_p = torch.log_softmax(logits[chosen], dim=0)
         else:  # (b, n, V), normalised over the sequences
@@ -169,7 +189,7 @@ def test_check_masked_loss_names_log_softmax_over_the_positions(both_passes):
     def over_positions(logits, labels):  # (b, n, V) normalised over dim=1, the n positions
         chosen = labels != -100
         if not chosen.any():
-            return torch.tensor(0.0)
+            return logits.sum() * 0.0
         log_p = torch.log_softmax(logits, dim=1)[chosen]
         return -log_p.gather(1, labels[chosen][:, None]).mean()
 
@@ -182,7 +202,7 @@ def test_check_masked_loss_names_the_per_sequence_mean():
     def per_row(logits, labels):
         rows = [mlm_loss(lg[None], lb[None]) for lg, lb in zip(logits, labels, strict=True)
                 if (lb != -100).any()]
-        return torch.stack(rows).mean() if rows else torch.tensor(0.0)
+        return torch.stack(rows).mean() if rows else logits.sum() * 0.0
 
     with pytest.raises(CheckFailed, match="average each sequence's loss"):
         check_masked_loss(per_row)
@@ -228,7 +248,7 @@ def fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k, *, excl
 
 def test_check_fill_mask_accepts_the_reference(capsys):
     assert check_fill_mask(fill_mask) is True
-    assert "correct on 4 cases" in capsys.readouterr().out
+    assert "correct on 5 cases" in capsys.readouterr().out
 
     def as_lists(*args):  # plain lists are accepted too
         ids, probs = fill_mask(*args)
@@ -282,7 +302,7 @@ def test_check_fill_mask_shapes_and_fallback():
     def last_guess_wrong(model, input_ids, attention_mask, mask_id, special_ids, k):
         ids, probs = fill_mask(model, input_ids, attention_mask, mask_id, special_ids, k)
         ids = ids.clone()
-        ids[:, -1] = torch.where(ids[:, -1] == 39, 38, 39)  # another ordinary id
+        ids[:, -1] = torch.where(ids[:, -1] == 39, 37, 39)  # another ordinary id
         return ids, probs
 
     def rounded(model, input_ids, attention_mask, mask_id, special_ids, k):
@@ -310,3 +330,42 @@ def test_check_fill_mask_names_ids_read_from_a_slice(both_passes):
     failure = both_passes(check_fill_mask, sliced)
     assert re.search(r"^every id you return is 5 lower than the right one", str(failure))
     assert "special id" not in str(failure) and "ids + 5" in failure.fix
+
+
+def test_check_masked_loss_names_log_of_softmax_at_large_logits(both_passes):
+    def log_of_softmax(logits, labels):  # right at small logits, inf when softmax underflows
+        chosen = labels != -100
+        if not chosen.any():
+            return logits.sum() * 0.0
+        p = torch.softmax(logits[chosen], dim=-1)
+        return -torch.log(p.gather(1, labels[chosen][:, None])).mean()
+
+    failure = both_passes(check_masked_loss, log_of_softmax)
+    assert re.search(r"^your loss is inf on the case with logits of size 200", str(failure))
+    assert "log_softmax" in failure.fix
+
+
+def test_check_masked_loss_catches_labels_changed_in_place(both_passes):
+    def zeroes_the_labels(logits, labels):  # right loss, but the caller's labels are spoiled
+        chosen = labels != -100
+        labels[~chosen] = 0
+        if not chosen.any():
+            return logits.sum() * 0.0
+        return F.cross_entropy(logits[chosen], labels[chosen])
+
+    failure = both_passes(check_masked_loss, zeroes_the_labels)
+    assert str(failure).startswith("your function changed labels in place")
+
+
+def test_check_fill_mask_catches_specials_assumed_to_come_first(both_passes):
+    def first_columns(model, input_ids, attention_mask, mask_id, special_ids, k):
+        rows, positions = (input_ids == mask_id).nonzero(as_tuple=True)
+        with torch.no_grad():
+            scores = model(input_ids, attention_mask)[rows, positions].clone()  # (m, V)
+        scores[:, :len(special_ids)] = float("-inf")  # right only when the specials are 0..4
+        top = torch.softmax(scores, dim=-1).topk(k, dim=-1)
+        return top.indices, top.values
+
+    failure = both_passes(check_fill_mask, first_columns)
+    assert re.search(r"special id\(s\) \[.*\].*special_ids are \[0, 9, 17, 25, 38\]", str(failure))
+    assert "list(special_ids)" in failure.fix

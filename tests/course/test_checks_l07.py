@@ -18,7 +18,22 @@ from encoderlab.lessons import l07_finetune as ft
 # --- Checkers -----------------------------------------------------------------------------------
 
 
+def _spans_by_hand(tags):
+    """conlleval's rule, written independently: an entity starts at B-X, or at an I-X whose
+    previous tag is not of type X; it goes on while the tags are I-X."""
+    spans = []
+    for i, tag in enumerate(tags):
+        kind = tag[2:]
+        previous = tags[i - 1][2:] if i and tags[i - 1] != "O" else None
+        if tag.startswith("B-") or (tag.startswith("I-") and previous != kind):
+            spans.append([kind, i, i])
+        elif tag.startswith("I-"):
+            spans[-1][2] = i
+    return [tuple(s) for s in spans]
+
+
 def test_check_bio_to_spans_accepts_the_reference_and_names_mistakes(both_passes):
+    assert check_bio_to_spans(_spans_by_hand)  # written in this file, not the library's
     assert check_bio_to_spans(ft.bio_to_spans)
 
     def exclusive_end(tags):

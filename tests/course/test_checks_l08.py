@@ -23,8 +23,12 @@ from encoderlab.lessons import l08_retrieval as R
 # --- checkers -------------------------------------------------------------------------------------
 
 
-def test_check_mean_pooling_accepts_the_reference(capsys):
-    assert check_mean_pooling(lambda h, m: pool(h, m, "mean"))
+def test_check_mean_pooling_accepts_an_independent_answer(capsys):
+    def by_hand(hidden, attention_mask):  # the sum over real tokens over their count
+        real = attention_mask.to(hidden.dtype)[..., None]  # (b, n, 1)
+        return (hidden * real).sum(dim=1) / real.sum(dim=1)
+
+    assert check_mean_pooling(by_hand)
     assert "mean pooling" in capsys.readouterr().out
 
 
@@ -43,7 +47,12 @@ def test_check_mean_pooling_shape_and_errors():
         check_mean_pooling(lambda h, m: pool(h, m, "mean") + 0.1)
 
 
-def test_check_recall_at_k_accepts_the_reference():
+def test_check_recall_at_k_accepts_an_independent_answer():
+    def by_hand(ranked, answers, k):  # a hit when any of the first k is a right document
+        hits = [any(doc in right for doc in list(row)[:k]) for row, right in zip(ranked, answers)]
+        return sum(hits) / len(hits)
+
+    assert check_recall_at_k(by_hand)
     assert check_recall_at_k(lambda r, a, k: R.recall_at_k(torch.tensor(r), a, k))
 
 
@@ -60,7 +69,13 @@ def test_check_recall_at_k_other_answers():
         check_recall_at_k(lambda r, a, k: 0.123)
 
 
-def test_check_in_batch_negatives_loss_accepts_the_reference():
+def test_check_in_batch_negatives_loss_accepts_an_independent_answer():
+    def by_hand(a, b, scale=20.0):  # -log of the softmax of each row at its own column
+        cos = (a / a.norm(dim=-1, keepdim=True)) @ (b / b.norm(dim=-1, keepdim=True)).T
+        logits = scale * cos  # (B, B)
+        return -(logits.diagonal() - logits.logsumexp(dim=-1)).mean()
+
+    assert check_in_batch_negatives_loss(by_hand)
     assert check_in_batch_negatives_loss(R.in_batch_negatives_loss)
 
 
@@ -75,7 +90,7 @@ def test_check_in_batch_negatives_loss_shape():
         check_in_batch_negatives_loss(lambda a, b, s: (a * b).sum(1))
 
 
-# --- re-ranking the top k (§6) ---------------------------------------------------------------
+# --- re-ranking the top k (§5) ---------------------------------------------------------------
 
 
 def test_check_rerank_top_k_accepts_the_reference(capsys):

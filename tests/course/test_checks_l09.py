@@ -19,6 +19,9 @@ from encoderlab.course.checks.l09 import (
 # --- the online-softmax checker ------------------------------------------------------------------
 
 
+FLOOR = torch.finfo(torch.float32).min  # a finite stand-in for -inf: exp(FLOOR - FLOOR) = 1
+
+
 def _reference_online(s, v, chunk_size):
     m = torch.full((s.shape[0], 1), -math.inf)
     l_sum = torch.zeros(s.shape[0], 1)
@@ -26,8 +29,9 @@ def _reference_online(s, v, chunk_size):
     for c in range(0, s.shape[1], chunk_size):
         tile = s[:, c : c + chunk_size]
         m_new = torch.maximum(m, tile.amax(dim=-1, keepdim=True))
-        p = torch.exp(tile - m_new)
-        alpha = torch.exp(m - m_new)
+        m_ref = torch.where(m_new == -math.inf, 0.0, m_new)  # a fully masked chunk so far
+        p = torch.exp(tile - m_ref)
+        alpha = torch.exp(m - m_ref)
         l_sum = l_sum * alpha + p.sum(dim=-1, keepdim=True)
         acc = acc * alpha + p @ v[c : c + chunk_size]
         m = m_new
@@ -46,12 +50,20 @@ def _learner(bug):
             if bug == "drop_last" and tile.shape[1] < chunk_size:
                 continue
             m_new = torch.maximum(m, tile.amax(1, keepdim=True))
-            p, alpha = torch.exp(tile - m_new), torch.exp(m - m_new)
+            m_ref = m_new if bug == "unguarded" else m_new.clamp(min=FLOOR)
+            p, alpha = torch.exp(tile - m_ref), torch.exp(m - m_ref)
             if bug == "chunk_max":
                 p, alpha = torch.exp(tile - tile.amax(1, keepdim=True)), torch.ones_like(m)
-            l_sum = l_sum * (1 if bug == "no_rescale_l" else alpha) + p.sum(1, keepdim=True)
-            acc = acc * (1 if bug == "no_rescale_acc" else alpha) + p @ v[c : c + chunk_size]
-            m = m_new
+            if bug == "own_max_rescaled":  # old sums re-measured to m_new, the chunk's terms not
+                p = torch.exp(tile - tile.amax(1, keepdim=True))
+            l_new = l_sum * (1 if bug == "no_rescale_l" else alpha) + p.sum(1, keepdim=True)
+            if bug == "fa1_unweighted":  # FA-1's normalised o, missing the factor l_old / l_new
+                acc = alpha * acc + p @ v[c : c + chunk_size] / l_new
+            else:
+                acc = acc * (1 if bug == "no_rescale_acc" else alpha) + p @ v[c : c + chunk_size]
+            l_sum, m = l_new, m_new
+        if bug == "fa1_unweighted":
+            return acc
         return acc if bug == "no_divide" else acc / l_sum
 
     return online
@@ -59,7 +71,7 @@ def _learner(bug):
 
 def test_check_online_softmax_accepts_the_reference(capsys):
     assert checks.check_online_softmax(_reference_online)
-    assert "correct on 5 cases" in capsys.readouterr().out
+    assert "correct on 6 cases" in capsys.readouterr().out
     assert checks.check_online_softmax(_learner(None))
 
 
@@ -70,8 +82,9 @@ def _online_by_split(s, v, chunk_size):
     l_sum, acc = s.new_zeros(s.shape[0], 1), s.new_zeros(s.shape[0], v.shape[1])
     for tile, v_tile in zip(s.split(chunk_size, dim=1), v.split(chunk_size), strict=True):
         m_new = torch.maximum(m, tile.amax(dim=1, keepdim=True))
-        alpha = torch.exp(m - m_new)
-        p = torch.exp(tile - m_new)
+        m_ref = m_new.clamp(min=FLOOR)
+        alpha = torch.exp(m - m_ref)
+        p = torch.exp(tile - m_ref)
         l_sum, acc, m = l_sum * alpha + p.sum(1, keepdim=True), acc * alpha + p @ v_tile, m_new
     return acc / l_sum
 
@@ -84,6 +97,8 @@ def _online_row_by_row(s, v, chunk_size):
         for c in range(0, len(row), chunk_size):
             tile = row[c : c + chunk_size]
             m_new = torch.maximum(m, tile.max())
+            if m_new == -math.inf:  # nothing visible yet: this chunk adds nothing
+                continue
             alpha, p = torch.exp(m - m_new), torch.exp(tile - m_new)
             l_sum, acc, m = l_sum * alpha + p.sum(), acc * alpha + p @ v[c : c + chunk_size], m_new
         rows.append(acc / l_sum)
@@ -103,6 +118,9 @@ def test_check_online_softmax_accepts_other_correct_ways_to_chunk(answer):
         ("chunk_max", "subtract each chunk's own max"),
         ("no_divide", "without dividing it by the running denominator l"),
         ("drop_last", "skips the last chunk when it is shorter"),
+        ("own_max_rescaled", "but not the chunk's own terms"),
+        ("fa1_unweighted", "needs the factor l_old / l_new"),
+        ("unguarded", "first chunk is fully masked"),
     ],
 )
 def test_check_online_softmax_names_the_learners_mistake(bug, message, both_passes):
@@ -116,6 +134,10 @@ def test_check_online_softmax_names_the_learners_mistake(bug, message, both_pass
         ({"sign": -1.0}, "the wrong sign"),
         ({"per_chunk": True}, "normalise each chunk on its own"),
         ({"track_max": False}, "do not subtract a running max"),
+        ({"own_max_rescaled": True}, "but not the chunk's own terms"),
+        ({"fa1_unweighted": True}, "needs the factor l_old / l_new"),
+        ({"chunk_max": True, "guard": True}, "subtract each chunk's own max"),
+        ({"rescale_acc": False, "guard": True}, "but not the running numerator"),
     ],
 )
 def test_check_online_softmax_names_the_mistake(mistake, message, both_passes):

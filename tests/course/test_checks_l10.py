@@ -10,8 +10,12 @@ from encoderlab.attention import KVCache
 from encoderlab.course.checks import CheckFailed, check_cached_greedy, check_prefix_lm_mask
 
 
-def test_reference_passes(capsys):
-    assert check_prefix_lm_mask(masks.prefix_lm)
+def test_an_independent_answer_passes(capsys):
+    def by_formula(n, p):  # key j is visible to query i iff j <= max(i, p - 1)
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        return j <= torch.clamp(i, min=p - 1)
+
+    assert check_prefix_lm_mask(by_formula)
     assert "correct on 8 cases" in capsys.readouterr().out
 
 
@@ -188,7 +192,7 @@ def test_the_model_is_left_as_it_was():
     def fails(m, *a):
         raise RuntimeError("boom")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="boom"):
         _counting(fails)(model, src_ids, src_mask, steps)
     assert not {"generate", "forward", "decode"} & set(vars(model))
     assert not model.encoder._forward_hooks  # the encoder's counter is removed too
@@ -254,3 +258,79 @@ def test_the_tokens_right_but_the_cache_wrong_fallback_has_a_fix():
             return torch.stack(out, 1)
 
     assert "the encoder ran" in check_fails_with_fix(no_cache_and_extra_encodes)
+
+
+def done_first_loop(model, src_ids, src_mask, max_new_tokens):
+    """A learner's slip written out: done is updated before the new tokens are masked."""
+    cfg = model.config
+    with torch.no_grad():
+        memory, cross_mask = model.encode(src_ids, src_mask), masks.padding(src_mask)
+        caches = [(KVCache(), KVCache()) for _ in model.blocks]
+        token = torch.full((src_ids.shape[0],), cfg.bos_id)
+        done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
+        out = []
+        for step in range(max_new_tokens):
+            y = model.token(token[:, None]) + model.position(torch.tensor([step]))
+            for block, pair in zip(model.blocks, caches):
+                y, _ = block(y, memory, None, cross_mask, pair)
+            token = model.lm_head(model.final_norm(y[:, -1])).argmax(-1)
+            done |= token == cfg.eos_id  # too early: the row's own eos is masked below
+            token = token.masked_fill(done, cfg.pad_id)
+            out.append(token)
+            if bool(done.all()):
+                break
+        return torch.stack(out, 1)
+
+
+def done_reset_loop(model, src_ids, src_mask, max_new_tokens):
+    """A learner's slip written out: done = ... where done |= ... is needed."""
+    cfg = model.config
+    with torch.no_grad():
+        memory, cross_mask = model.encode(src_ids, src_mask), masks.padding(src_mask)
+        caches = [(KVCache(), KVCache()) for _ in model.blocks]
+        token = torch.full((src_ids.shape[0],), cfg.bos_id)
+        done = torch.zeros(src_ids.shape[0], dtype=torch.bool)
+        out = []
+        for step in range(max_new_tokens):
+            y = model.token(token[:, None]) + model.position(torch.tensor([step]))
+            for block, pair in zip(model.blocks, caches):
+                y, _ = block(y, memory, None, cross_mask, pair)
+            token = model.lm_head(model.final_norm(y[:, -1])).argmax(-1)
+            token = token.masked_fill(done, cfg.pad_id)
+            out.append(token)
+            done = token == cfg.eos_id  # overwritten: a finished row forgets it is finished
+            if bool(done.all()):
+                break
+        return torch.stack(out, 1)
+
+
+@pytest.mark.parametrize(("wrong", "cause"), [
+    (done_first_loop, "done is updated before the new tokens are masked"),
+    (done_reset_loop, r"done is overwritten at every step \(done = token == eos\)"),
+])
+def test_the_done_bookkeeping_slips_are_named(wrong, cause, both_passes):
+    message = str(both_passes(check_cached_greedy, wrong))
+    assert re.search(cause, message)
+    assert "model.decode" not in message  # the hint no longer points at the decoder
+
+
+def test_the_done_fallbacks_name_the_bookkeeping():
+    def done_first_and_bos_for_pad(model, src_ids, src_mask, max_new_tokens):  # two slips
+        ids = done_first_loop(model, src_ids, src_mask, max_new_tokens)
+        ids[:, -1] = model.config.bos_id  # unnamed: no known mistake matches exactly
+        return ids
+
+    assert "each row's own eos is replaced by pad" in check_fails_with_fix(
+        done_first_and_bos_for_pad)
+
+    def writes_after_eos_then_stops_late(model, src_ids, src_mask, max_new_tokens):
+        ids = learner_loop(model, src_ids, src_mask, max_new_tokens)
+        cfg = model.config
+        for row in range(ids.shape[0]):  # write a symbol right after each row's eos
+            ends = (ids[row] == cfg.eos_id).nonzero()
+            if len(ends) and int(ends[0]) + 1 < ids.shape[1]:
+                ids[row, int(ends[0]) + 1] = 3
+        return ids
+
+    assert "a finished row must stay finished" in check_fails_with_fix(
+        writes_after_eos_then_stops_late)

@@ -92,10 +92,10 @@ def test_no_module_grows_by_appended_blocks(pattern, why):
 
 def test_imports_only_go_down():
     allowed = {
-        "core": {"core", "kernels"},  # tiled reaches the GPU kernel when CUDA and Triton exist
+        "core": {"core", "kernels"},  # tiled reaches the tile plan and the GPU kernel
         "kernels": {"core", "kernels"},
         "data": {"core", "data"},
-        "lessons": {"core", "data", "lessons", "course"},  # the training loop, the sign test
+        "lessons": {"core", "data", "lessons"},
         "course": {"core", "kernels", "data", "lessons", "course"},
         "command": {"core", "kernels", "data", "lessons", "course", "command"},
     }
@@ -104,16 +104,61 @@ def test_imports_only_go_down():
     assert not wrong, "\n".join(wrong)
 
 
-LESSON_TOOLS = {"encoderlab.course", "encoderlab.course.train", "encoderlab.course.stats"}
+def _edges(path: Path) -> set[str]:
+    """The modules ``path`` imports (``from pkg import module`` is an edge to the module only)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("encoderlab")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("encoderlab"):
+            modules = {f"{node.module}.{a.name}" for a in node.names
+                       if _is_module(f"{node.module}.{a.name}")}
+            found |= modules if len(modules) == len(node.names) else modules | {node.module}
+    return {m for m in found if _is_module(m)}
 
 
-def test_lessons_use_only_the_training_loop_and_the_sign_test_from_the_course():
-    """Lessons may use course.train and course.stats, and those must not reach back up."""
-    wrong = [f"{m} imports {i}" for m, imported in IMPORTS.items() if _floor(m) == "lessons"
-             for i in imported if _floor(i) == "course" and i not in LESSON_TOOLS]
+def test_no_two_modules_import_each_other_even_through_others():
+    edges = {_name(p): _edges(p) for p in MODULES}
+    circles, state = [], {}
+
+    def visit(module, path):
+        state[module] = "open"
+        for other in sorted(edges.get(module, ())):
+            if state.get(other) == "open":
+                circles.append(" -> ".join(path[path.index(other):] + [other]))
+            elif other not in state:
+                visit(other, path + [other])
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, "\n".join(circles)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    wrong = []
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("encoderlab"):
+                wrong += [f"{_name(path)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_")]
+    assert not wrong, "make these public, or move them where both modules can use them:\n" + (
+        "\n".join(wrong))
+
+
+def test_no_module_is_imported_by_a_name_in_a_string():
+    """Imports a reader (and this test) can see: no importlib.import_module or __import__ of a
+    course module, and no module path written as a string (the command line's entry aside)."""
+    wrong = []
+    for path in MODULES:
+        if path.name == "__main__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(
+                    r"encoderlab(\.\w+)+", node.value) and _is_module(node.value):
+                wrong.append(f"{_name(path)}: {node.value!r}")
     assert not wrong, "\n".join(wrong)
-    for tool in LESSON_TOOLS - {"encoderlab.course"}:
-        assert not {i for i in IMPORTS[tool] if _floor(i) == "lessons"}, tool
 
 
 def test_no_lesson_module_imports_another_lessons():
@@ -151,3 +196,53 @@ def test_contributing_lists_every_module():
     present = {str(p.relative_to(LIB)) for p in MODULES}
     assert not present - listed, f"add to CONTRIBUTING.md's table: {sorted(present - listed)}"
     assert not listed - present, f"no longer in the tree: {sorted(listed - present)}"
+
+
+# --- The grader apart: a package of its own that the course never imports ------------------------
+
+GRADER = ROOT / "lib" / "grader" / "encoderlab_grader"
+
+
+def test_the_course_library_never_names_the_grader():
+    """No module of encoderlab imports encoderlab_grader, by statement or by string."""
+    wrong = [str(p.relative_to(LIB)) for p in MODULES if "encoderlab_grader" in p.read_text()]
+    assert not wrong, f"the course library must not reach the grader: {wrong}"
+
+
+def test_no_lesson_imports_the_grader():
+    import json
+
+    for path in sorted((ROOT / "lessons").glob("*.ipynb")):
+        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                         if c["cell_type"] == "code")
+        assert "encoderlab_grader" not in code and "lib/grader" not in code, path.name
+
+
+def test_the_grader_modules_are_small_and_import_only_the_course_and_themselves():
+    for path in sorted(GRADER.glob("*.py")):
+        assert len(path.read_text().splitlines()) <= MAX_LINES, path.name
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path.name}: use absolute imports"
+
+
+def test_the_course_wheel_holds_no_grader(tmp_path):
+    """What `pip install git+URL` installs: the wheel built from the repository's root."""
+    import shutil
+    import zipfile
+
+    source = tmp_path / "checkout"  # a copy: building writes build/ and egg-info beside the code
+    shutil.copytree(ROOT / "lib", source / "lib",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "artefacts"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                           "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (wheel,) = tmp_path.glob("encoderlab-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "encoderlab/course/checks/record.py" in names  # the kernel's half stays
+    grader = [n for n in names if "grader" in n or n.rsplit("/", 1)[-1] in (
+        "sandbox.py", "runner.py", "grade.py", "gradescope.py", "student.py", "judge.py")]
+    assert not grader, grader

@@ -87,6 +87,14 @@ def test_lesson_stays_within_its_word_budget(path):
         ". Cut what does not teach the lesson's idea (DESIGN.md, 'Reader first')."
 
 
+def test_the_course_stays_within_its_word_budget():
+    words = {path.name[:2]: lesson_words(path)["whole"] for path in NOTEBOOKS}
+    total = sum(words.values())
+    assert total <= BUDGET["course_words"], (
+        f"the ten lessons hold {total:,} words of prose, over the course's budget of "
+        f"{BUDGET['course_words']:,}: {words}")
+
+
 def test_word_count_rules():
     markdown = ("## 1. A claim\n\nThe mask decides [what a query sees](https://x.org/a-b-c).\n\n"
                 "$$\nA = \\operatorname{softmax}(QK^\\top)\n$$\n\n```python\nx = 1\n```\n\n"

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from encoderlab import data as data_module
+from encoderlab import training
 from encoderlab.course import train as train_module
 from encoderlab.data import (
     CompactVocab,
@@ -296,7 +297,7 @@ def fake_recipes(monkeypatch):
 
     module.RECIPES = {"x-tiny": tiny, "x-huge": huge}
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    monkeypatch.setattr(train_module, "RECIPE_MODULES", (module.__name__, "encoderlab.absent"))
+    monkeypatch.setattr(train_module, "recipes", lambda: dict(module.RECIPES))
     return module
 
 
@@ -306,9 +307,9 @@ def test_command_lists_trains_and_loads(fake_recipes, tmp_path, monkeypatch, cap
     assert "x-tiny" in listed and "A 2x2 matrix" in listed
     out = tmp_path / "x.safetensors"
     assert train_module.main(["x-tiny", "--steps", "3", "--out", str(out), "--quiet"]) == 0
-    monkeypatch.setattr(train_module, "ARTEFACTS", tmp_path)
+    monkeypatch.setattr(training, "ARTEFACTS", tmp_path)
     out.rename(tmp_path / "x-tiny.safetensors")
-    tensors, metadata = train_module.load_artefact("x-tiny")
+    tensors, metadata = training.load_artefact("x-tiny")
     assert torch.equal(tensors["w"], torch.full((2, 2), 3.0))
     assert metadata["command"] == "python -m encoderlab train x-tiny --steps 3"
     assert metadata["steps"] == "3" and metadata["name"] == "x-tiny" and "torch" in metadata
@@ -324,16 +325,16 @@ def test_command_errors(fake_recipes, tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         train_module.main(["x-huge", "--out", str(tmp_path / "h.safetensors")])
     assert "must stay under 5 MB" in capsys.readouterr().err
-    monkeypatch.setattr(train_module, "ARTEFACTS", tmp_path)
+    monkeypatch.setattr(training, "ARTEFACTS", tmp_path)
     with pytest.raises(ValueError, match="no artefact named 'x-tiny'.*python -m encoderlab train"):
-        train_module.load_artefact("x-tiny")
+        training.load_artefact("x-tiny")
 
 
 def test_every_committed_artefact_is_small_loads_and_names_its_command():
     known = train_module.recipes()
-    for path in sorted(train_module.ARTEFACTS.glob("*.safetensors")):
-        assert path.stat().st_size < train_module.MAX_ARTEFACT_BYTES, path.name
-        tensors, metadata = train_module.load_artefact(path.stem)
+    for path in sorted(training.ARTEFACTS.glob("*.safetensors")):
+        assert path.stat().st_size < training.MAX_ARTEFACT_BYTES, path.name
+        tensors, metadata = training.load_artefact(path.stem)
         assert tensors, path.name
         assert metadata["name"] == path.stem and path.stem in known, path.name
         assert metadata["command"].startswith(f"python -m encoderlab train {path.stem}")

@@ -87,44 +87,6 @@ def test_table_lists_scattered_visible_positions():
     assert row.split()[-3:] == ["positions", "[0,", "2]"]
 
 
-# --- probes.crossed_similarity (Lesson 1, §4) ---------------------------------------------------
-
-
-def test_crossed_similarity_averages_each_cell_by_hand():
-    from encoderlab.lessons.l01_probes import crossed_similarity
-
-    # rows: (sense, topic) = (r, R), (r, R), (m, R), (r, M), (m, M)
-    s = torch.tensor([
-        [1.0, 0.9, 0.5, 0.7, 0.2],
-        [0.9, 1.0, 0.6, 0.8, 0.3],
-        [0.5, 0.6, 1.0, 0.1, 0.4],
-        [0.7, 0.8, 0.1, 1.0, 0.0],
-        [0.2, 0.3, 0.4, 0.0, 1.0],
-    ])
-    out = crossed_similarity(s, list("rrmrm"), list("RRRMM"))
-    assert out[(True, True)] == pytest.approx(0.9)  # (0, 1)
-    assert out[(True, False)] == pytest.approx((0.7 + 0.8 + 0.4) / 3)  # (0, 3) (1, 3) (2, 4)
-    assert out[(False, True)] == pytest.approx((0.5 + 0.6 + 0.0) / 3)  # (0, 2) (1, 2) (3, 4)
-    assert out[(False, False)] == pytest.approx((0.2 + 0.3 + 0.1) / 3)  # (0, 4) (1, 4) (2, 3)
-    assert len(out) == 4
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        ((torch.ones(2, 3), ["a", "b"], ["x", "y"]), "square"),
-        ((torch.eye(3), ["a", "b"], ["x", "y", "z"]), "one group per row"),
-        ((torch.eye(3), ["a", "b", "a"], ["x", "y"]), "one topic per row"),
-        ((torch.eye(3), ["a", "a", "b"], ["x", "x", "x"]), "no pair has"),
-    ],
-)
-def test_crossed_similarity_errors(args, message):
-    from encoderlab.lessons.l01_probes import crossed_similarity
-
-    with pytest.raises(ValueError, match=message):
-        crossed_similarity(*args)
-
-
 # --- probes.crossed_effects (Lesson 1, §4) -----------------------------------------------------
 
 

@@ -262,3 +262,86 @@ def test_attention_from_other_words_errors(minilm):
         attention_from_other_words(tokenizer, model, text, "it", ["it", "dog"])
     with pytest.raises(ValueError, match="does not occur"):
         attention_from_other_words(tokenizer, model, text, "it", ["cat"])
+
+
+# --- crossed_bank_sentences --------------------------------------------------------------------
+
+
+def test_crossed_bank_sentences_is_a_balanced_2x2():
+    from collections import Counter
+
+    from encoderlab.lessons.l01_probes import crossed_bank_sentences
+
+    texts, senses, topics = crossed_bank_sentences()
+    assert len(texts) == len(set(texts)) == 32
+    assert Counter(zip(senses, topics)) == {(s, t): 8 for s in ("lender", "river")
+                                            for t in ("water", "money")}
+    assert texts[0] == "after a day of fishing on the lake, we asked the bank for a loan"
+    assert all(t.count("the bank") == 1 and t.split().count("bank") == 1 for t in texts)
+    clauses = [t.split(",")[0] for t in texts]
+    phrases = [t.split(", ")[1] for t in texts]
+    assert len(set(clauses)) == len(set(phrases)) == 32  # nothing used twice
+    assert senses[:16] == ["lender"] * 16 and topics[8:16] == ["money"] * 8
+
+
+@pytest.mark.parametrize("per_cell", [1, 9, 2.5])
+def test_crossed_bank_sentences_refuses_bad_sizes(per_cell):
+    from encoderlab.lessons.l01_probes import crossed_bank_sentences
+
+    with pytest.raises(ValueError, match="per_cell"):
+        crossed_bank_sentences(per_cell)
+
+
+# --- nearest_agreement and phrase_probe ---------------------------------------------------------
+
+
+def test_nearest_agreement_counts_same_label_neighbours_by_hand():
+    from encoderlab.lessons.l01_probes import nearest_agreement
+
+    # rows 0 and 1 are each other's nearest (same label); row 2's nearest is row 1 (other
+    # label); row 3's nearest is row 2 (same label). The diagonal (1.0) must not count.
+    s = torch.tensor([[1.0, 0.9, 0.1, 0.2],
+                      [0.9, 1.0, 0.8, 0.0],
+                      [0.1, 0.8, 1.0, 0.7],
+                      [0.2, 0.0, 0.7, 1.0]])
+    assert nearest_agreement(s, ["a", "a", "b", "b"]) == 3
+    assert nearest_agreement(s, ["a", "b", "a", "b"]) == 0
+    with pytest.raises(ValueError, match="one group per row"):
+        nearest_agreement(s, ["a", "b"])
+
+
+def test_phrase_probe_reads_bank_the_and_the_clause(minilm):
+    from encoderlab.lessons.l01_probes import crossed_bank_sentences, phrase_probe
+
+    tokenizer, model = minilm
+    texts, senses, topics = crossed_bank_sentences(per_cell=4)  # 16 sentences
+    probe = phrase_probe(tokenizer, model, texts, senses, topics, draws=2)
+    states = model.config.n_layers + 1
+    assert probe.vectors["bank"].shape == (states, 16, model.config.d_model)
+    # "bank" at the last layer is the vector token_vectors reads; "the" is the token before it
+    assert torch.allclose(probe.vectors["bank"][-1],
+                          token_vectors(tokenizer, model, texts, "bank"), atol=1e-5)
+    enc = tokenizer([texts[0]], return_tensors="pt")
+    with torch.no_grad():
+        h = model(**enc).hidden_states[3][0]  # (n, d)
+    at = word_positions(tokenizer, texts[0], "bank")[0]
+    comma = tokenizer.convert_ids_to_tokens(enc["input_ids"][0]).index(",")
+    assert torch.allclose(probe.vectors["the"][3, 0], h[at - 1], atol=1e-5)
+    assert torch.allclose(probe.vectors["clause"][3, 0], h[1:comma].mean(dim=0), atol=1e-5)
+    assert all(0 <= c <= 16 for counts in probe.nearest.values() for c in counts)
+    assert len(probe.effects["clause"]) == states
+    table = probe.table().splitlines()
+    assert "same sense (of 16)" in table[0] and table[1].split() == ["layer"] + ["bank", "the",
+                                                                             "clause"] * 2
+    assert len(table) == 2 + states
+
+
+def test_phrase_probe_refuses_texts_without_a_clause(minilm):
+    from encoderlab.lessons.l01_probes import phrase_probe
+
+    tokenizer, model = minilm
+    texts = ["we sat on the bank of the river"] * 4
+    with pytest.raises(ValueError, match="'clause, phrase'"):
+        phrase_probe(tokenizer, model, texts, ["r", "r", "l", "l"], ["w", "m", "w", "m"])
+    with pytest.raises(ValueError, match="one entry per sentence"):
+        phrase_probe(tokenizer, model, texts, ["r"], ["w"])

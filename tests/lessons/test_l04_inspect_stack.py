@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from encoderlab.encoder import EncoderConfig, EncoderModel, count_parameters
+from encoderlab.heads import pool
 from encoderlab.lessons import l04_count as counting
 from encoderlab.lessons import l04_inspect_stack as ins
 
@@ -333,15 +334,6 @@ def test_hide_keys_moves_the_weight_to_the_other_keys():
         ins.hide_keys(ids, "[CLS]")
 
 
-def test_mean_pool_leaves_padding_out():
-    hidden = torch.arange(2 * 3 * 2, dtype=torch.float32).view(2, 3, 2)
-    pooled = ins.mean_pool(hidden, torch.tensor([[1, 1, 1], [1, 1, 0]]))
-    assert torch.allclose(pooled[0], hidden[0].mean(0)) and torch.allclose(pooled[1],
-                                                                             hidden[1, :2].mean(0))
-    with pytest.raises(ValueError, match=r"\(b, n, d\)"):
-        ins.mean_pool(hidden[0])
-
-
 def test_block_without_residual_drops_the_identity_path():
     torch.manual_seed(0)
     block = EncoderModel(tiny()).eval().blocks[0]
@@ -381,6 +373,34 @@ def test_residual_similarity_separates_the_identity_path_from_the_baseline():
     assert (table["with the residual"] > table["residual removed"]).all()
     with pytest.raises(ValueError, match="L \\+ 1"):
         ins.residual_similarity(model.blocks, out.hidden_states[:2], am)
+
+
+def test_update_sizes_measure_each_sub_layer_against_its_stream():
+    torch.manual_seed(0)
+    model = EncoderModel(tiny(n_layers=2)).eval()
+    h = [torch.randn(1, 4, 32) for _ in range(3)]  # L + 1 = 3 "hidden states"
+    got = ins.update_sizes(model.blocks, h)
+    assert set(got) == {"attention", "MLP"} and all(t.shape == (2,) for t in got.values())
+    block = model.blocks[0]  # by hand, block 1, post-LN: MHA(h) / h, then MLP(LN_1(h + a))
+    with torch.no_grad():
+        a, _ = block.attention(h[0])
+        stream = block.norm_1(h[0] + a)
+        mlp_ratio = (block.mlp(stream).norm(dim=-1) / stream.norm(dim=-1)).mean()
+    assert got["attention"][0] == pytest.approx((a.norm(dim=-1) / h[0].norm(dim=-1)).mean()
+                                                .item(), rel=1e-5)
+    assert got["MLP"][0] == pytest.approx(mlp_ratio.item(), rel=1e-5)
+    with torch.no_grad():  # a block whose attention writes nothing: ratio 0
+        block.attention.w_o.weight.zero_()
+        block.attention.w_o.bias.zero_()
+    assert ins.update_sizes(model.blocks, h)["attention"][0] == 0
+    # a padded position is neither counted nor seen
+    am = torch.tensor([[1, 1, 1, 0]])
+    changed = [x.clone() for x in h]
+    changed[1][0, 3] = 100.0
+    assert torch.allclose(ins.update_sizes(model.blocks, h, am)["MLP"],
+                          ins.update_sizes(model.blocks, changed, am)["MLP"])
+    with pytest.raises(ValueError, match="L \\+ 1"):
+        ins.update_sizes(model.blocks, h[:2])
 
 
 def test_parameter_table_lists_counts_shares_total_and_one_block():
@@ -453,15 +473,15 @@ def test_sink_interventions_on_a_tiny_model():
                          "hide [SEP] as a key", "different sentences"]
     assert all(t.shape == (2,) and (t <= 1 + 1e-6).all() for t in got.values())
     with torch.no_grad():  # the baseline by hand: with two sentences, both get their pair's cosine
-        a, b = ins.mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
+        a, b = pool(model(**batch).last_hidden_state, batch["attention_mask"])
     pair = torch.dot(a, b) / (a.norm() * b.norm())
     assert torch.allclose(got["different sentences"], pair.expand(2), atol=1e-6)
     with pytest.raises(ValueError, match="at least 2"):
         ins.sink_interventions(model, {k: v[:1] for k, v in batch.items()}, cls_id=1, sep_id=2)
     with torch.no_grad():  # the second entry by hand, with an explicit hook-free computation
-        base = ins.mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
+        base = pool(model(**batch).last_hidden_state, batch["attention_mask"])
         with ins.values_zeroed(model, ids == 1):
-            moved = ins.mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
+            moved = pool(model(**batch).last_hidden_state, batch["attention_mask"])
     assert torch.allclose(got["zero [CLS]'s value"], torch.cosine_similarity(moved, base))
 
 

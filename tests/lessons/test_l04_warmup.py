@@ -4,9 +4,10 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from encoderlab.course.train import MAX_ARTEFACT_BYTES, artefact_path, recipes
 from encoderlab.lessons import l04_warmup as warm
+from encoderlab.training import MAX_ARTEFACT_BYTES, artefact_path, recipes
 
 
 def test_reversal_batches_reverse_each_sequence_and_repeat_with_the_seed():
@@ -97,20 +98,101 @@ def test_the_committed_comparison_is_registered_small_and_complete():
                for c in curves.values())
 
 
-def test_gradients_at_init_measure_the_last_block_for_both_placements():
-    got = warm.gradients_at_init(depths=(1, 3), seeds=(0,))
-    assert set(got) == {"post grad", "pre grad", "post stream", "pre stream"}
-    assert all(t.shape == (2,) and (t > 0).all() for t in got.values())
-    # post-LN: the top of the stack is a LayerNorm output with gain 1, so its norm is sqrt(d)
-    assert torch.allclose(got["post stream"], torch.full((2,), 8.0), atol=1e-3)
-    # the last block's W_2 gradient for L = 1, by hand
+def test_gradient_profile_gives_each_block_its_w2_gradient_for_both_placements():
+    got = warm.gradient_profile(n_layers=3, seeds=(0,))
+    assert set(got) == {"post", "pre"}
+    assert all(t.shape == (3,) and (t > 0).all() for t in got.values())
+    # block 2's W_2 gradient of a 3-block post-LN stack, by hand
     torch.manual_seed(0)
-    model = warm.ReversalModel("pre", n_layers=1)
+    model = warm.ReversalModel("post", n_layers=3)
     warm.reversal_loss(model, next(warm.reversal_batches(0))).backward()
-    assert got["pre grad"][0] == pytest.approx(model.encoder.blocks[0].mlp.w_2.weight.grad.norm()
-                                               .item(), rel=1e-5)
-    with pytest.raises(ValueError, match="depth"):
-        warm.gradients_at_init(depths=(0,))
+    by_hand = model.encoder.blocks[1].mlp.w_2.weight.grad.norm().item()
+    assert got["post"][1].item() == pytest.approx(by_hand, rel=1e-4)
+    with pytest.raises(ValueError, match="n_layers"):
+        warm.gradient_profile(n_layers=0)
+    with pytest.raises(ValueError, match="seeds"):
+        warm.gradient_profile(n_layers=2, seeds=())
+
+
+def test_adam_step_change_matches_one_sign_step_by_hand():
+    # Adam's first step is lr * g / (|g| + eps), about lr * sign(g): do it without the optimiser
+    torch.manual_seed(0)
+    model = warm.ReversalModel("post", n_layers=2)
+    batch = next(warm.reversal_batches(0))
+    with torch.no_grad():
+        before = model.encoder(batch[0]).last_hidden_state
+    warm.reversal_loss(model, batch).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 1e-3 * p.grad / (p.grad.abs() + 1e-8)
+        after = model.encoder(batch[0]).last_hidden_state
+    by_hand = ((after - before).norm() / before.norm()).item()
+    got = warm.adam_step_change("post", 2, seed=0, lr=1e-3)
+    assert got == pytest.approx(by_hand, rel=1e-3)
+    assert warm.adam_step_change("post", 2, seed=0, lr=1e-5) < got  # a smaller step moves less
+    with pytest.raises(ValueError, match="lr"):
+        warm.adam_step_change("post", 2, lr=0.0)
+    with pytest.raises(ValueError, match="n_layers"):
+        warm.adam_step_change("post", 0)
+
+
+def test_scale_branches_divides_each_branch_by_alpha_and_shrinks_its_init():
+    torch.manual_seed(0)
+    plain = warm.ReversalModel("post", n_layers=2)
+    torch.manual_seed(0)
+    scaled = warm.scale_branches(warm.ReversalModel("post", n_layers=2))
+    alpha, beta = 4 ** 0.25, 16 ** -0.25  # L = 2: (2L)^(1/4), (8L)^(-1/4)
+    block, ref = scaled.encoder.blocks[0], plain.encoder.blocks[0]
+    assert torch.allclose(block.mlp.w_2.weight, beta * ref.mlp.w_2.weight)
+    assert torch.equal(block.attention.w_q.weight, ref.attention.w_q.weight)  # W_Q, W_K kept
+    x = torch.randn(1, 3, 64)
+    with torch.no_grad():
+        ref_out = ref.mlp(x)  # the unscaled MLP on the same input, written out below
+        u = F.gelu(F.linear(x, beta * ref.mlp.w_1.weight, ref.mlp.w_1.bias))
+        expected = F.linear(u, beta * ref.mlp.w_2.weight, ref.mlp.w_2.bias) / alpha
+        assert torch.allclose(block.mlp(x), expected, atol=1e-6)
+        assert not torch.allclose(block.mlp(x), ref_out, atol=1e-3)
+    with pytest.raises(ValueError, match="post-LN"):
+        warm.scale_branches(warm.ReversalModel("pre", n_layers=1))
+
+
+def test_hidden_spread_is_zero_for_one_vector_everywhere_and_positive_otherwise():
+    class Constant(torch.nn.Module):  # every position of every input gets the same vector
+        def __init__(self):
+            super().__init__()
+            self.encoder = lambda x: type("Out", (), {
+                "last_hidden_state": torch.ones(*x.shape, 4)})()
+
+    assert warm.hidden_spread(Constant()) == pytest.approx(0.0, abs=1e-6)
+    torch.manual_seed(0)
+    assert warm.hidden_spread(warm.ReversalModel("post", n_layers=1)) > 0.1
+
+
+def test_a_short_branch_scaling_run_and_the_committed_one():
+    tensors, metadata = warm.train_branch_scaling(steps=2, progress=False)
+    assert set(tensors) == {"plain.curve", "plain.spread", "scaled.curve", "scaled.spread"}
+    assert metadata["clipping"] == "none" and metadata["warmup"] == "none"
+    assert "l4-warmup-scaled" in recipes()
+    assert artefact_path("l4-warmup-scaled").stat().st_size < 10_000
+    runs, _ = warm.load_branch_scaling()
+    curves, _ = warm.load_comparison()
+    assert torch.equal(runs["plain"][0], curves["post", False, 0])  # the same run, reproduced
+    assert runs["plain"][1] < 1e-3 and runs["scaled"][0][-1] < 0.05  # stuck; trains
+
+
+def test_a_short_long_run_records_one_curve_of_post_ln_without_warm_up():
+    tensors, metadata = warm.train_long_run(steps=20, progress=False)
+    assert list(tensors) == ["post.constant.s0"] and tensors["post.constant.s0"].shape == (2,)
+    assert metadata["steps"] == 20 and metadata["norm"] == "post"
+    assert metadata["warmup"] == "none"
+
+
+def test_the_committed_long_run_is_registered_small_and_four_times_longer():
+    assert "l4-warmup-long" in recipes()
+    assert artefact_path("l4-warmup-long").stat().st_size < 10_000
+    curve, metadata = warm.load_long_run()
+    assert int(metadata["steps"]) == warm.LONG_STEPS == 4 * warm.STEPS
+    assert curve.shape == (warm.LONG_STEPS // warm.EVERY,)
 
 
 def test_the_committed_grid_covers_every_setting_at_three_learning_rates():

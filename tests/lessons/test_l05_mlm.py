@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from encoderlab.course import stats
+from encoderlab import stats
 from encoderlab.heads import TinyLM
 from encoderlab.lessons import l05_blanks as fills
 from encoderlab.lessons import l05_mlm as mlm
@@ -271,10 +271,10 @@ def test_smooth_is_a_running_mean():
 def test_recipe_runs_with_a_few_steps(tmp_path, data):
     from safetensors import safe_open
 
-    from encoderlab.course.train import load_artefact, main, recipes
+    from encoderlab.training import load_artefact, main, recipes
 
     name = "l5-mlm"
-    assert name in recipes() and "l5-causal" not in recipes()
+    assert name in recipes() and "l5-causal" in recipes()
     out = tmp_path / f"{name}.safetensors"
     assert main([name, "--steps", "3", "--out", str(out), "--quiet"]) == 0
     with safe_open(str(out), framework="pt") as f:
@@ -289,10 +289,9 @@ def test_recipe_runs_with_a_few_steps(tmp_path, data):
 
 
 def test_committed_artefact_loads_with_the_expected_keys():
-    from encoderlab.course.train import artefact_path, load_artefact
+    from encoderlab.training import artefact_path, load_artefact
 
     name = "l5-mlm"
-    assert not artefact_path("l5-causal").exists()
     assert artefact_path(name).stat().st_size < 5 * 2**20
     tensors, metadata = load_artefact(name)
     assert "history" in tensors and "model.head.proj.weight" in tensors
@@ -308,13 +307,29 @@ def test_committed_artefact_loads_with_the_expected_keys():
     assert len(vocab) == model.config.vocab_size
 
 
+def test_committed_decoder_is_causal_and_chose_its_checkpoint(data):
+    from encoderlab.training import artefact_path
+
+    assert artefact_path("l5-causal").stat().st_size < 5 * 2**20
+    model, history, metadata = mlm.load_tiny_lm("l5-causal")
+    mlm.check_artefact_data(metadata, data)
+    assert model.causal and metadata["objective"] == "next-token"
+    assert len(history) == mlm.RECIPE_STEPS["causal"]
+    assert json.loads(metadata["config"]) == json.loads(mlm.load_tiny_lm("l5-mlm")[2]["config"])
+    curve = json.loads(metadata["validation_curve"])
+    best = int(metadata["selected_step"])
+    assert curve["losses"][curve["steps"].index(best)] == min(curve["losses"])
+    loss = mlm.held_out_next_token_loss(model, data.valid_ids, data.valid_mask)
+    assert loss == pytest.approx(min(curve["losses"]), abs=1e-4)
+
+
 def test_load_tiny_lm_rejects_other_artefacts():
     with pytest.raises(ValueError, match="not a Lesson 5 model artefact"):
         mlm.load_tiny_lm("x", artefact=({"w": torch.zeros(1)}, {}))
 
 
 def test_committed_artefact_was_trained_on_this_data_and_chose_its_checkpoint(data):
-    from encoderlab.course.train import load_artefact
+    from encoderlab.training import load_artefact
 
     _, metadata = load_artefact("l5-mlm")
     mlm.check_artefact_data(metadata, data)  # raises if the data differ
@@ -427,10 +442,61 @@ def test_score_blanks_ranks_only_allowed_tokens_and_reports_the_answers_loss():
     expected = -logits.log_softmax(-1)[torch.arange(2), torch.tensor([0, 1])]
     assert torch.allclose(s["loss"], expected, atol=1e-5)
     assert s["top-1"].tolist() == (logits.argmax(-1) == torch.tensor([0, 1])).tolist()
-    with pytest.raises(ValueError, match="bidirectional"):
-        fills.score_blanks(small_lm(True, vocab=30), inputs, mask, blanks)
     with pytest.raises(ValueError, match="shape"):
         fills.score_blanks(model, inputs[:, :4], mask, blanks)
+
+
+def test_score_blanks_reads_a_causal_model_one_position_before_the_blank():
+    torch.manual_seed(1)
+    decoder = small_lm(True, vocab=30).eval()
+    blanks = _toy_blanks()
+    s = fills.score_blanks(decoder, blanks.input_ids, blanks.attention_mask, blanks)
+    with torch.no_grad():  # row 0: blank at 2, read from [CLS] 10; row 1: blank at 1, from [CLS]
+        left0 = decoder(torch.tensor([[2, 10]]))[0, 1]  # (V,)
+        left1 = decoder(torch.tensor([[2]]))[0, 0]
+    expected = torch.stack([-left0.log_softmax(-1)[11], -left1.log_softmax(-1)[20]])
+    assert torch.allclose(s["loss"], expected, atol=1e-5)
+    changed = blanks.input_ids.clone()
+    changed[0, 2:6] = torch.tensor([5, 6, 7, 8])  # the blank and what follows: never read
+    again = fills.score_blanks(decoder, changed, blanks.attention_mask, blanks)
+    assert torch.allclose(again["loss"], s["loss"], atol=1e-5)
+
+
+def test_keep_right_words_keeps_k_whole_words_then_sep():
+    # [CLS]=2 [SEP]=3 [MASK]=4; token 12 is a "##" piece, so 11 12 is one word
+    ids = torch.tensor([[2, 10, 20, 11, 12, 13, 14, 9, 3, 0]])
+    blanks = fills.BlankSet("word", ids, (ids != 0).long(), torch.tensor([2]), torch.tensor([20]))
+    piece = torch.zeros(30, dtype=torch.bool)
+    piece[12] = True
+    expected = {0: [2, 10, 4, 3], 1: [2, 10, 4, 11, 12, 3], 2: [2, 10, 4, 11, 12, 13, 3],
+                3: [2, 10, 4, 11, 12, 13, 14, 3], 4: [2, 10, 4, 11, 12, 13, 14, 9, 3],
+                9: [2, 10, 4, 11, 12, 13, 14, 9, 3]}
+    for k, row in expected.items():
+        inputs, mask = fills.keep_right_words(blanks, k, mask_id=4, sep_id=3, piece=piece)
+        assert inputs[0].tolist() == row + [0] * (10 - len(row)), k
+        assert mask[0].tolist() == [1] * len(row) + [0] * (10 - len(row)), k
+    cut = fills.cut_right(_toy_blanks(), mask_id=4, sep_id=3)
+    zero = fills.keep_right_words(_toy_blanks(), 0, 4, 3, torch.zeros(30, dtype=torch.bool))
+    assert all(torch.equal(a, b) for a, b in zip(cut, zero, strict=True))
+    with pytest.raises(ValueError, match="k must be a number of words"):
+        fills.keep_right_words(blanks, -1, 4, 3, piece)
+
+
+def test_train_causal_selected_trains_a_decoder_and_keeps_its_best_checkpoint(data):
+    model, history, selection = mlm.train_causal_selected(data, steps=4, eval_every=2,
+                                                          progress=False, n_layers=1)
+    assert model.causal and not model.training and len(history) == 4
+    assert selection.steps == [2, 4] and selection.best_loss == min(selection.losses)
+    again = mlm.held_out_next_token_loss(model, data.valid_ids, data.valid_mask)
+    assert again == pytest.approx(selection.best_loss, abs=1e-5)
+    ids, mask = data.valid_ids[:8], data.valid_mask[:8]
+    with torch.no_grad():  # by hand: position t predicts the real token at t + 1
+        log_p = model(ids, mask).log_softmax(-1)[:, :-1]  # (8, n-1, V)
+    labels, real = ids[:, 1:], mask[:, 1:] == 1
+    by_hand = -log_p.gather(-1, labels[..., None])[..., 0][real].mean().item()
+    assert mlm.held_out_next_token_loss(model, ids, mask) == pytest.approx(by_hand, abs=1e-5)
+    with pytest.raises(ValueError, match="measures a causal model"):
+        mlm.held_out_next_token_loss(small_lm(False, vocab=data.vocab.size), ids, mask)
 
 
 def test_word_token_mask_keeps_alphabetic_non_special_tokens(data):
@@ -473,3 +539,83 @@ def test_readable_joins_pieces_and_cuts_around_the_blank():
     assert short == "…(x), ___ here."  # cut at word boundaries
     with pytest.raises(ValueError, match="width must be a positive int"):
         fills.readable(tokens, width=0)
+
+
+# --- §2's counts and §4's echoes -----------------------------------------------------------------
+
+
+def test_count_corruptions_counts_eligible_positions_and_fates(data):
+    ids, mask = data.train_ids[:400], data.train_mask[:400]
+    counts = mlm.count_corruptions(ids, mask, data.vocab, draws=3)
+    real = mask == 1
+    specials = sum(int((ids[real] == s).sum()) for s in data.vocab.special_ids)  # by hand
+    assert counts["eligible"] == int(real.sum()) - specials and counts["special"] == specials
+    assert len(counts["rates"]) == 3 and all(0.13 < r < 0.17 for r in counts["rates"])
+    chosen = sum(counts["fates"])
+    assert chosen == round(sum(counts["rates"]) * counts["eligible"])
+    assert abs(counts["fates"][0] / chosen - 0.8) < 0.03
+    assert counts["special_hits"] == 0 and counts["random_specials"] == 0
+    with pytest.raises(ValueError, match="draws"):
+        mlm.count_corruptions(ids, mask, data.vocab, draws=0)
+
+
+def test_echo_margin_and_the_bayes_rule_on_hand_numbers():
+    q = torch.tensor([[0.5, 0.3, 0.2], [0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
+    shown = torch.tensor([2, 1, 0])
+    # V' = 2: q(w)·V' against the best other token: 0.4 vs 0.5, 0.6 vs 0.5, 0.2 vs 0.8
+    margin = fills.echo_margin(q, shown, n_ordinary=2)
+    expected = torch.log10(torch.tensor([0.4 / 0.5, 0.6 / 0.5, 0.2 / 0.8]))
+    assert torch.allclose(margin, expected)
+    assert fills.bayes_echoes(q, shown, 2).tolist() == [False, True, False]
+    # V' = 5: 1.0 vs 0.5, 1.5 vs 0.5, 0.5 vs 0.8
+    assert fills.bayes_echoes(q, shown, 5).tolist() == [True, True, False]
+    with pytest.raises(ValueError, match=r"q must be \(m, V\)"):
+        fills.echo_margin(q[0], shown, 2)
+
+
+class _EchoingModel(torch.nn.Module):
+    """Logits 10 at the token it reads, 0 elsewhere: it always echoes what it is shown."""
+
+    causal = False
+
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.vocab_size = vocab_size
+
+    def forward(self, input_ids, attention_mask=None):
+        return 10.0 * torch.nn.functional.one_hot(input_ids, self.vocab_size).float()
+
+
+def test_fate_readings_and_echo_curve_on_a_model_that_always_echoes(data):
+    vocab = data.vocab
+    ids, mask = data.test_ids[:20], data.test_mask[:20]
+    r = fills.fate_readings(_EchoingModel(vocab.size), ids, mask, vocab, draws=2)
+    visible = r["fate"] > 0
+    assert r["echo"].all() and visible.any() and (~visible).any()  # it even predicts [MASK]
+    assert r["right"].tolist() == (r["fate"] == 2).tolist()  # right exactly when shown the original
+    assert torch.isnan(r["margin"][~visible]).all()
+    # q reads [MASK]: q(w) = 1 / (V - 1 + e^10) and the best other token is [MASK] itself
+    n_ordinary = vocab.size - len(vocab.special_ids)
+    expected = math.log10(n_ordinary / math.exp(10))
+    assert torch.allclose(r["margin"][visible], torch.tensor(expected), atol=1e-4)
+    curve = fills.echo_curve(r, "original", [-2.0, 0.0, 2.0])
+    assert curve["model"] == [1.0] and curve["bayes"] == [0.0]  # V' e^-10 < 1: Bayes overrules
+    assert curve["n"] == [int((r["fate"] == 2).sum())] and curve["centre"] == [-1.0]
+    with pytest.raises(ValueError, match="fate must be"):
+        fills.echo_curve(r, "[MASK]", [-1.0, 1.0])
+
+
+def test_committed_dropout_decoder_is_reproduced_by_its_recipe(data):
+    model, history, metadata = mlm.load_tiny_lm("l5-causal-drop")
+    mlm.check_artefact_data(metadata, data)
+    assert model.causal and model.config.dropout == 0.1 and not model.training
+    assert metadata["command"] == "python -m encoderlab train l5-causal-drop"
+    assert len(history) == mlm.RECIPE_STEPS["causal"]
+    curve = json.loads(metadata["validation_curve"])
+    best = int(metadata["selected_step"])
+    assert curve["losses"][curve["steps"].index(best)] == min(curve["losses"])
+    loss = mlm.held_out_next_token_loss(model, data.valid_ids, data.valid_mask)
+    assert loss == pytest.approx(min(curve["losses"]), abs=1e-4)
+    tensors, short = mlm.recipe_causal_dropout(steps=3, progress=False)  # the same first steps
+    assert tensors["history"].tolist() == pytest.approx(history[:3], abs=1e-5)
+    assert json.loads(short["training"])["dropout"] == 0.1

@@ -243,7 +243,7 @@ def test_train_probe_trains_on_one_thread_and_restores_the_thread_count():
     ("l7-extract", {"curve_steps", "curve_exact_match", "test_starts", "start_logits"}),
 ])
 def test_recipes_run_and_artefacts_load(name, keys, tmp_path):
-    from encoderlab.course.train import load_artefact, main
+    from encoderlab.training import load_artefact, main
 
     out = tmp_path / f"{name}.safetensors"
     assert main([name, "--steps", "2", "--quiet", "--out", str(out)]) == 0
@@ -288,7 +288,7 @@ def test_texts_fingerprint():
 
 
 def test_committed_classify_artefacts_match_the_test_set():
-    from encoderlab.course.train import load_artefact
+    from encoderlab.training import load_artefact
 
     task = tasks.topic_task()
     for how in ("mean", "cls"):

@@ -1,5 +1,6 @@
-"""Lesson 8, §6: hard negatives, the cross-encoder's score layer on cached states, re-ranking the
-top k, and the committed l8-rerank artefact."""
+"""Lesson 8, §4-5: mined hard negatives, the designed test's items, the cross-encoder's score
+layer on cached states, re-ranking the top k, the inverted-file search, and the committed
+l8-cross artefact."""
 
 from __future__ import annotations
 
@@ -9,27 +10,10 @@ import pytest
 import torch
 from tiny_contrastive import tiny_encoder, tiny_pairs
 
-from encoderlab.course.train import artefact_path, load_artefact
 from encoderlab.lessons import l08_contrastive as contrastive
 from encoderlab.lessons import l08_rerank as rerank
 from encoderlab.lessons.l08_retrieval import in_batch_negatives_loss
-
-
-def test_hard_negatives_are_the_highest_wrong_passages():
-    scores = torch.tensor([[0.9, 0.8, 0.1, 0.7],
-                           [0.2, 0.3, 0.9, 0.3],
-                           [0.5, 0.5, 0.5, 0.5]])
-    negatives = rerank.hard_negatives(scores, [0, 2, 1], n=2)
-    assert negatives.tolist() == [[1, 3], [1, 3], [0, 2]]  # ties: lower index first
-    for row, positive in zip(negatives.tolist(), [0, 2, 1]):
-        assert positive not in row
-
-
-def test_hard_negatives_errors():
-    with pytest.raises(ValueError, match="one index per query"):
-        rerank.hard_negatives(torch.zeros(3, 4), [0, 1], n=1)
-    with pytest.raises(ValueError, match="n"):
-        rerank.hard_negatives(torch.zeros(3, 4), [0, 1, 2], n=4)  # only 3 wrong passages
+from encoderlab.training import artefact_path, load_artefact
 
 
 def test_rerank_top_k_reorders_only_the_top_k_and_keeps_ties():
@@ -89,16 +73,6 @@ def test_pair_scorer_gain_multiplies_the_output_and_can_be_folded_into_the_layer
         plain.score.weight.mul_(30.0)
         plain.score.bias.mul_(30.0)
     assert torch.allclose(plain(hidden, mask), gained(hidden, mask), atol=1e-4)
-
-
-def test_rerank_splits_share_no_query_and_no_8_word_span():
-    fit, val, test = rerank.rerank_splits()
-    assert len(fit) > 500 and len(val) > 30 and len(test) > 40
-    sets = [{a for a, _ in part} for part in (fit, val, test)]
-    assert not (sets[0] & sets[1]) and not (sets[0] & sets[2]) and not (sets[1] & sets[2])
-    train_pairs, held = contrastive.split_pairs()
-    assert test == held  # the held-out pairs of §5
-    assert set(fit) | set(val) <= set(train_pairs) and len(fit) + len(val) <= len(train_pairs)
 
 
 def test_mine_negatives_skips_the_positive_its_text_and_its_paraphrases():
@@ -179,33 +153,17 @@ def test_warmup_then_decay():
 
 
 def test_the_recipes_are_registered():
-    from encoderlab.course.train import recipes
+    from encoderlab.training import recipes
 
     names = recipes()
-    assert {"l8-rerank", "l8-contrastive", "l8-contrastive-hard"} <= set(names)
+    assert {"l8-cross", "l8-contrastive", "l8-contrastive-hard"} <= set(names)
+    assert not {"l8-rerank", "l8-rerank-alone"} & set(names)
     assert contrastive.CONTRASTIVE_HARD["steps"] == contrastive.CONTRASTIVE["steps"]
     assert {k: contrastive.CONTRASTIVE_HARD[k] for k in contrastive.CONTRASTIVE} == \
         contrastive.CONTRASTIVE  # the hard-negative run changes only its negatives
 
 
-@pytest.mark.skipif(not artefact_path("l8-rerank").is_file(), reason="no l8-rerank artefact")
-def test_the_committed_rerank_artefact():
-    tensors, meta = load_artefact("l8-rerank")
-    assert meta["command"] == "python -m encoderlab train l8-rerank"
-    assert {k: meta[k] for k in rerank.RERANK} == {k: str(v) for k, v in rerank.RERANK.items()}
-    assert artefact_path("l8-rerank").stat().st_size < 5 * 2**20
-    per_epoch = int(meta["steps_per_epoch"])
-    assert len(tensors["loss"]) == int(meta["steps"]) == rerank.RERANK["epochs"] * per_epoch
-    assert tensors["validation"].shape == (rerank.RERANK["epochs"], 2)
-    kept = int(meta["kept_epoch"])
-    assert tensors["validation"][kept - 1, 1] == tensors["validation"][:, 1].max()
-    negatives = tensors["negatives"]
-    assert not (negatives == torch.arange(len(negatives)).unsqueeze(1)).any()
-
-
-@pytest.mark.skipif(not artefact_path("l8-contrastive-hard").is_file(),
-                    reason="no l8-contrastive-hard artefact")
-def test_the_committed_contrastive_hard_artefact():
+def test_the_committed_contrastive_hard_artefact():  # a missing artefact fails: it is committed
     tensors, meta = load_artefact("l8-contrastive-hard")
     assert meta["command"] == "python -m encoderlab train l8-contrastive-hard"
     assert artefact_path("l8-contrastive-hard").stat().st_size < 5 * 2**20
@@ -215,37 +173,79 @@ def test_the_committed_contrastive_hard_artefact():
 
 
 def test_the_real_cross_encoder_memorises_a_tiny_batch(minilm):
-    """The overfit check behind l8-rerank: on a few training queries, each with its right passage
-    and three negatives, the scorer (MiniLM's last block + the score layer) drives the loss from
-    chance to about zero. If it did not, the pairs, labels, pooling or head would be wrong."""
+    """The overfit check behind l8-cross: on four training items, each with its paraphrase and
+    four wrong candidates, the scorer (MiniLM's last block + the score layer) drives the loss from
+    chance to near zero. If it did not, the pairs, labels, pooling or head would be wrong."""
     tokenizer, model = minilm
-    fit, _, _ = rerank.rerank_splits()
-    picked = []  # 16 training pairs whose details differ (some docstrings share their text)
-    for i, (_, details) in enumerate(fit):
-        if all(details[:60] != fit[j][1][:60] for j in picked):
-            picked.append(i)
-        if len(picked) == 16:
-            break
-    rows = [picked[g::4] for g in range(4)]  # four groups, the right passage first
-    queries = [fit[row[0]][0] for row in rows for _ in row]
-    passages = [fit[j][1] for row in rows for j in row]
-    hidden, mask = rerank.cache_pair_states(tokenizer, model, queries, passages, max_length=64)
+    items = rerank.contrast_items("train", 4, seed=3)
+    queries = [it.query for it in items for _ in it.candidates]
+    candidates = [c for it in items for c in it.candidates]  # the paraphrase first
+    hidden, mask = rerank.cache_pair_states(tokenizer, model, queries, candidates, max_length=40)
     torch.manual_seed(0)
-    scorer = rerank.PairScorer(copy.deepcopy(model.blocks[-1]), model.config.d_model, "mean")
-    history = rerank.rerank_run(scorer, hidden, mask, group_size=4, steps=25, groups=4, lr=3e-4,
+    scorer = rerank.PairScorer(copy.deepcopy(model.blocks[-1]), model.config.d_model, "cls")
+    history = rerank.rerank_run(scorer, hidden, mask, group_size=5, steps=40, groups=4, lr=1e-3,
                                 progress=False)
-    assert history[0] > 1.0  # a fresh score layer starts near chance, ln 4 = 1.39
-    assert max(history[-3:]) < 0.05  # and 25 steps take it to about zero
+    assert history[0] > 1.2  # a fresh score layer starts near chance, ln 5 = 1.61
+    assert max(history[-3:]) < 0.2  # and 40 steps take it close to zero
 
 
-@pytest.mark.skipif(not artefact_path("l8-rerank-alone").is_file(),
-                    reason="no l8-rerank-alone artefact")
-def test_the_committed_control_differs_only_by_its_prior_gain_and_epochs():
-    tensors, meta = load_artefact("l8-rerank-alone")
-    assert meta["command"] == "python -m encoderlab train l8-rerank-alone"
-    own = {"prior_scale": "0.0", "epochs": "2", "head_gain": "1.0"}  # no gain: made before it
-    expected = {k: str(v) for k, v in rerank.RERANK.items()} | own
-    assert {k: meta.get(k, "1.0") for k in rerank.RERANK} == expected
-    assert artefact_path("l8-rerank-alone").stat().st_size < 5 * 2**20
-    rr_tensors, _ = load_artefact("l8-rerank")
-    assert torch.equal(tensors["negatives"], rr_tensors["negatives"])  # the same training data
+# --- The designed test (§5) ---------------------------------------------------------------------
+
+
+def test_contrast_items_follow_the_templates_and_hold_out_the_test_words():
+    item = rerank.contrast_items("train", 1, seed=0)[0]
+    assert len(item.candidates) == len(rerank.KINDS) == 5
+    para, reversed_, swapped, negated, echo = item.candidates
+    # the paraphrase, the reversal and the adjective swap use exactly the same words
+    assert sorted(para.split()) == sorted(reversed_.split()) == sorted(swapped.split())
+    assert len({para, reversed_, swapped}) == 3
+    assert negated.split().count("not") == 1 and "not" not in item.query.split()
+    assert ("was" in item.query.split()) != ("was" in para.split())  # the other voice
+    assert ("was" in item.query.split()) == ("was" in echo.split())  # the query's own voice
+    # an explicit item: active query, the dog the agent
+    assert rerank._sentence(("old", "dog"), ("young", "cat"), ("chase", "chased", "chased"),
+                            passive=True) == "the young cat was chased by the old dog"
+    assert rerank._sentence(("old", "dog"), ("young", "cat"), ("bite", "bit", "bitten"),
+                            passive=False, negated=True) == "the old dog did not bite the young cat"
+    train_words = {w for it in rerank.contrast_items("train", 200, seed=0)
+                   for t in (it.query, *it.candidates) for w in t.split()}
+    test_words = {w for it in rerank.contrast_items("test", 200, seed=1)
+                  for t in (it.query, *it.candidates) for w in t.split()}
+    assert train_words & test_words == {"the", "was", "by", "not", "did"}
+    assert rerank.contrast_items("test", 3, seed=1) == rerank.contrast_items("test", 3, seed=1)
+    with pytest.raises(ValueError, match="split must be one of"):
+        rerank.contrast_items("dev", 3)
+
+
+def test_kmeans_and_ivf_search_find_the_exact_neighbours_when_every_list_is_probed():
+    g = torch.Generator().manual_seed(0)
+    docs = torch.nn.functional.normalize(torch.randn(60, 8, generator=g), dim=1)
+    queries = torch.nn.functional.normalize(torch.randn(5, 8, generator=g), dim=1)
+    centroids, lists = rerank.kmeans(docs, n_lists=4, seed=0)
+    assert centroids.shape == (4, 8) and lists.shape == (60,)
+    assert torch.equal(lists, (docs @ centroids.T).argmax(1))  # every doc in its nearest list
+    exact = (queries @ docs.T).argsort(dim=1, descending=True)[:, :3]
+    found, scanned = rerank.ivf_search(queries, docs, centroids, lists, n_probe=4, k=3)
+    assert torch.equal(found, exact) and (scanned == 60).all()
+    one, scanned_one = rerank.ivf_search(queries, docs, centroids, lists, n_probe=1, k=3)
+    sizes = torch.bincount(lists, minlength=4)
+    nearest = (queries @ centroids.T).argmax(1)
+    assert torch.equal(scanned_one, sizes[nearest])  # only the nearest list is scanned
+    assert all(lists[j] == nearest[i] for i, row in enumerate(one) for j in row if j >= 0)
+    with pytest.raises(ValueError, match="n_probe"):
+        rerank.ivf_search(queries, docs, centroids, lists, n_probe=5, k=3)
+    with pytest.raises(ValueError, match="n_lists"):
+        rerank.kmeans(docs, n_lists=61)
+
+
+def test_the_committed_cross_artefact(minilm):  # a missing artefact fails: it is committed
+    tensors, meta = load_artefact("l8-cross")
+    assert meta["command"] == "python -m encoderlab train l8-cross"
+    assert {k: meta[k] for k in rerank.CROSS if k != "steps"} == \
+        {k: str(v) for k, v in rerank.CROSS.items() if k != "steps"}
+    assert len(tensors["loss"]) == int(meta["steps"]) == rerank.CROSS["steps"]
+    assert artefact_path("l8-cross").stat().st_size < 5 * 2**20
+    assert tensors["loss"][-20:].mean() < 0.5 < 1.4 < tensors["loss"][:5].mean()
+    _, model = minilm
+    scorer = rerank.load_pair_scorer(model, tensors, pooling=meta["pooling"])
+    assert not scorer.training

@@ -153,12 +153,37 @@ def test_recall_and_mrr():
         R.mean_reciprocal_rank(torch.tensor([1, 2]), [{1}])
 
 
-def test_tfidf_prefers_rare_shared_words():
-    docs = ["the loop ends with break", "the loop goes on with continue", "a dictionary maps keys"]
-    q, d = R.tfidf_vectors(["how do I break out of a loop", "keys and values"], docs)
-    _, ranked = R.search(q, d, k=1)
-    assert ranked[:, 0].tolist() == [0, 2]
+def test_bm25_matches_hand_computed_scores():
+    docs = ["loop break loop", "loop continue", "keys values map"]  # lengths 3, 2, 3; mean 8/3
+    scores = R.bm25_scores(["how do I break a loop"], docs)  # query words: break, loop
+    # idf(break) = ln(1 + 2.5/1.5) = 0.980829; idf(loop) = ln(1 + 1.5/2.5) = 0.470004
+    # doc 0: k1 (1 - b + b 3/(8/3)) = 1.3125; break 1 * 2.2/2.3125, loop 2 * 2.2/3.3125
+    # doc 1: k1 (1 - b + b 2/(8/3)) = 0.975; loop 1 * 2.2/1.975
+    expected = torch.tensor([[0.980829 * 0.951351 + 0.470004 * 1.328302,
+                              0.470004 * 1.113924, 0.0]])
+    assert torch.allclose(scores, expected, atol=1e-5)
     assert R.word_tokens("How do I break a Loop?") == ["break", "loop"]
+    q = R.bm25_scores(["break", "break break"], docs)  # a repeated query word counts twice
+    assert torch.allclose(q[1], 2 * q[0])
+    with pytest.raises(ValueError, match="k1 must be >= 0"):
+        R.bm25_scores(["x"], docs, b=2.0)
+
+
+def test_rank_by_scores_and_diagonal_ranks():
+    scores = torch.tensor([[0.1, 0.5, 0.5], [0.9, 0.2, 0.3], [0.0, 0.0, 0.4]])
+    assert R.rank_by_scores(scores).tolist() == [[1, 2, 0], [0, 2, 1], [2, 0, 1]]
+    assert R.diagonal_ranks(scores).tolist() == [3, 3, 1]  # ties count against the partner
+    with pytest.raises(ValueError, match="scores must be square"):
+        R.diagonal_ranks(torch.zeros(2, 3))
+
+
+def test_ndcg_at_k_by_hand():
+    # right documents 0 and 2; ranked 3, 0, 1, 2: a hit at rank 2, and rank 4 is past k = 3
+    ndcg = R.ndcg_at_k(torch.tensor([[3, 0, 1, 2]]), [{0, 2}], k=3)
+    assert ndcg == pytest.approx(0.630930 / 1.630930, abs=1e-6)
+    assert R.ndcg_at_k(torch.tensor([[2, 0, 1], [1, 0, 2]]), [{0, 2}, {1}], k=3) == 1.0
+    with pytest.raises(ValueError, match="at least one right document"):
+        R.ndcg_at_k(torch.tensor([[0, 1]]), [set()], k=2)
 
 
 def test_minilm_mean_pooling_beats_cls_on_the_queries(minilm):
@@ -250,7 +275,7 @@ def test_contrastive_run_lowers_the_loss_on_a_tiny_model():
 def test_recipe_runs_and_the_artefact_loads(minilm, tmp_path, monkeypatch):
     from safetensors import safe_open
 
-    from encoderlab.course.train import main
+    from encoderlab.training import main
 
     few = contrastive.docstring_pairs()[:40]  # a few pairs keep the frozen layers' pass short
     monkeypatch.setattr(contrastive, "docstring_pairs", lambda: few)
@@ -264,7 +289,7 @@ def test_recipe_runs_and_the_artefact_loads(minilm, tmp_path, monkeypatch):
 
 
 def test_committed_artefact_loads_into_a_block(minilm):
-    from encoderlab.course.train import artefact_path, load_artefact
+    from encoderlab.training import artefact_path, load_artefact
 
     assert artefact_path("l8-contrastive").is_file(), "the committed l8-contrastive is missing"
     tensors, metadata = load_artefact("l8-contrastive")

@@ -203,6 +203,13 @@ def test_encode_packed_gives_every_sequence_its_own_output(norm):
     moved = [(a - b).abs().max().item() for a, b, (_, o) in
              zip(from_row, alone, plan.starts, strict=True) if o > 0]
     assert moved and min(moved) > 1e-3
+    # without the document mask every sequence sees its row-neighbours (or the row's padding)
+    with torch.no_grad():
+        leaky = packing.encode_packed(model, input_ids, plan, document_mask=False)
+    shared = [(a - b).abs().max().item() for a, b, (r, _) in
+              zip(leaky, alone, plan.starts, strict=True)
+              if sum(1 for rr, _ in plan.starts if rr == r) > 1]
+    assert shared and min(shared) > 1e-3
 
 
 def test_docstring_sentences_are_seeded_tokenized_sentences():
@@ -215,3 +222,48 @@ def test_docstring_sentences_are_seeded_tokenized_sentences():
     assert all(t[0] == cls and t[-1] == sep and 3 <= len(t) <= 512 for t in a)
     with pytest.raises(ValueError, match="the corpus holds"):
         packing.docstring_sentences(tokenizer, 10**6)
+
+
+# --- the GPU cell (Lesson 9, §3) ----------------------------------------------------------------
+
+
+def test_mask_gpu_rows_without_a_gpu_prints_the_cpu_fractions_and_what_a_gpu_adds(
+        tmp_path, capsys, monkeypatch):
+    from encoderlab.course import bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    rows = [{"mask": "full", "time_fraction": 1.04}, {"mask": "document", "time_fraction": 0.3}]
+    assert bench.mask_gpu_rows(tmp_path, rows) is None  # an empty folder: no recorded runs
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("No CUDA GPU in this run")
+    assert out[1] == ("Measured on this CPU, tiled attention's time / no mask: full 1.04, "
+                      "document 0.30.")
+    assert out[2].startswith("On a GPU of compute capability 8.0") and "every mask above" in out[2]
+    assert len(out) == 3
+
+
+def test_mask_gpu_rows_refuses_rows_that_are_not_bench_masks_rows(tmp_path):
+    from encoderlab.course import bench
+
+    with pytest.raises(ValueError, match="bench_masks"):
+        bench.mask_gpu_rows(tmp_path, [{"mask": "full"}])
+
+
+def test_padded_batches_pad_each_batch_to_its_longest_and_mask_the_pads():
+    seqs = [torch.ones(2, n, 3) * n for n in (2, 5, 1, 3)]  # (h, n_i, d), filled with n_i
+    batches = packing.padded_batches(seqs, 2, order=[2, 1, 0, 3])  # lengths 1, 5 | 2, 3
+    assert [tuple(x.shape) for x, _ in batches] == [(2, 2, 5, 3), (2, 2, 3, 3)]
+    x, m = batches[0]
+    assert (x[0, :, :1] == 1).all() and (x[0, :, 1:] == 0).all()  # the length-1 row, padded
+    assert m.shape == (2, 1, 1, 5) and m[0, 0, 0].tolist() == [True] + [False] * 4
+    with pytest.raises(ValueError, match=r"\(h, n_i, d\)"):
+        packing.padded_batches([torch.ones(3, 4)], 2)
+
+
+def test_padded_token_batches_match_what_a_tokenizer_pads():
+    batches = packing.padded_token_batches([[5, 6, 7], [8], [9, 9]], 2)
+    (x0, k0), (x1, k1) = batches
+    assert x0.tolist() == [[5, 6, 7], [8, 0, 0]] and k0.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert x1.tolist() == [[9, 9]] and k1.tolist() == [[1, 1]]
+    with pytest.raises(ValueError, match="non-empty"):
+        packing.padded_token_batches([[1], []], 2)

@@ -79,7 +79,7 @@ def test_unknown_wiring():
 
 
 def test_recipe_is_registered():
-    from encoderlab.course.train import recipes
+    from encoderlab.training import recipes
 
     assert recipes()["l10-right-context"] is rc.train_comparison
 
@@ -107,3 +107,36 @@ def test_committed_record_matches_the_recipe():
             assert run["train_loss"].shape == (int(metadata["steps"]),)
             assert run["eval_steps"].shape == run["exact_match"].shape
             assert float(run["exact_match"][-1]) > 0.95
+
+
+# --- FLOPs per example and the equal-FLOP comparison (Lesson 10, §7) ---------------------------
+
+
+def test_forward_flops_linear_part_is_what_torch_counts_and_attention_is_the_hand_count():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    task = rc.KeyedShiftTask()
+    src, tgt_in, _ = task.sample(1, torch.Generator().manual_seed(0))
+    for wiring in rc.WIRINGS:
+        model = rc.build_model(wiring, task, seed=0)
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            model(src, tgt_in)  # torch counts the linear layers (addmm) of one example
+        flops = rc.forward_flops(wiring, task)
+        assert flops["linear"] == counter.get_total_flops()
+        assert flops["forward"] == flops["linear"] + flops["attention"]
+        assert flops["training"] == 3 * flops["forward"]
+    # d = 32, n = t = 7: 2 encoder blocks 2 * 4 * 49 * 32; 2 decoder blocks 2 * (4*49*32 + 4*49*32)
+    assert rc.forward_flops("encoder-decoder", task)["attention"] == 12544 + 25088
+    # 4 blocks over 14 positions: 4 * 4 * 196 * 32
+    assert rc.forward_flops("decoder-only", task)["attention"] == 100352
+    with pytest.raises(ValueError, match="wiring"):
+        rc.forward_flops("encoder-only", task)
+
+
+def test_equal_flop_pairs_give_the_cheaper_wiring_no_more_flops():
+    assert rc.equal_flop_pairs([0, 10, 20, 30, 40], 1.0, 2.0) == [(1, 2), (2, 4)]
+    assert rc.equal_flop_pairs([0, 10, 20, 30, 40], 1.0, 1.5) == [(1, 1), (2, 3)]  # 15 -> 10
+    with pytest.raises(ValueError, match="at most"):
+        rc.equal_flop_pairs([0, 10], 2.0, 1.0)
+    with pytest.raises(ValueError, match="increasing"):
+        rc.equal_flop_pairs([10, 0], 1.0, 2.0)

@@ -22,12 +22,15 @@ from dataclasses import asdict
 import torch
 from torch.nn import functional as F
 
-from encoderlab import masks, tiled
+from encoderlab import tiled
+from encoderlab.course import bench_gpu
 from encoderlab.course.timing import (
     PairTiming,
     interleaved_samples,
     paired_ratios,
+    random_qkv,
     spread,
+    structural_masks,
     time_interleaved,
     time_pair,
 )
@@ -41,6 +44,7 @@ __all__ = [
     "bench_causal_skip",
     "structural_masks",
     "bench_masks",
+    "mask_gpu_rows",
     "every_tile_partial",
     "cost_table",
     "time_full_and_causal",
@@ -112,17 +116,11 @@ def bench_encoder_vs_reference(
     return timings
 
 
-def _qkv(n: int, n_heads: int, d_k: int, dtype=torch.float32, device="cpu"):
-    g = torch.Generator(device=device).manual_seed(0)
-    shape = (1, n_heads, n, d_k)  # (b, h, n, d_k)
-    return [torch.randn(shape, generator=g, dtype=dtype, device=device) for _ in range(3)]
-
-
 def bench_causal_skip(
     n: int = 4096, block_size: int = 128, n_heads: int = 4, d_k: int = 64, repeats: int = 5
 ) -> dict:
     """Full vs causal: the tiled loop (skip vs no skip), torch's SDPA, and tiled over SDPA."""
-    q, k, v = _qkv(n, n_heads, d_k)
+    q, k, v = random_qkv(n, n_heads, d_k)
     with torch.inference_mode():
         skip = time_pair(
             lambda: tiled.tiled_attention(q, k, v, block_size=block_size),
@@ -153,18 +151,6 @@ def bench_causal_skip(
         "sdpa_speedup": sdpa.ratio,
         "tiled_over_sdpa_causal": versus.ratio,
         "timings": [asdict(t) for t in (skip, sdpa, versus)],
-    }
-
-
-def structural_masks(n: int, window: int = 256, n_docs: int = 4) -> dict[str, torch.Tensor]:
-    """The (n, n) masks Lesson 9 compares, each a boolean tensor (True = may attend)."""
-    doc_ids = torch.arange(n) * n_docs // n  # n_docs documents of equal length, packed
-    return {
-        "full": masks.bidirectional(n),
-        "causal": masks.causal(n),
-        "sliding window": masks.sliding_window(n, window),
-        "document": masks.document(doc_ids),
-        "prefix-LM": masks.prefix_lm(n, n // 4),
     }
 
 
@@ -207,7 +193,7 @@ def bench_masks(
     a full tile, plus its partial tiles at the cost of a partial one, p - (full - 1) with p
     the "every tile partial" row, each as a fraction of the T^2 tiles.
     """
-    q, k, v = _qkv(n, n_heads, d_k)
+    q, k, v = random_qkv(n, n_heads, d_k)
     structural = structural_masks(n, window=window, n_docs=n_docs)
     structural["every tile partial"] = every_tile_partial(n, block_size)
     calls = {"no mask": lambda: tiled.tiled_attention(q, k, v, block_size=block_size)}
@@ -300,7 +286,7 @@ def time_full_and_causal(ns, n_heads: int = 4, d_k: int = 64, repeats: int = 5) 
     rows = []
     try:
         for n in ns:
-            q, k, v = _qkv(n, n_heads, d_k)  # (1, h, n, d_k) each, seeded
+            q, k, v = random_qkv(n, n_heads, d_k)  # (1, h, n, d_k) each, seeded
             sdpa = _full_against_causal(F.scaled_dot_product_attention, (q, k, v),
                                         {"is_causal": True}, repeats)
             loop = _full_against_causal(tiled.tiled_attention, (q, k, v), {"causal": True},
@@ -329,6 +315,20 @@ def timing_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def record_command(path) -> int:
+    """``--gpu-record FILE``: the record, or a message and exit status 2 where none can be made."""
+    if not tiled.triton_available():
+        print("--gpu-record needs a CUDA device and Triton (pip install triton); "
+              f"CUDA available: {torch.cuda.is_available()}.")
+        return 2
+    reason = bench_gpu.kernel_unsupported_reason()
+    if reason is not None:
+        print(f"--gpu-record times the Triton kernel, which cannot run here: {reason}")
+        return 2
+    bench_gpu.write_gpu_record(path)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m encoderlab bench",
                                      description=__doc__.splitlines()[0])
@@ -343,10 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                         "gpu-attention.json); nothing else runs")
     args = parser.parse_args(argv)
 
-    from encoderlab.course import bench_gpu
-
     if args.gpu_record:
-        return bench_gpu.record_command(args.gpu_record)
+        return record_command(args.gpu_record)
 
     env = environment()
     print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
@@ -405,12 +403,40 @@ def main(argv: list[str] | None = None) -> int:
     return bench_gpu.print_gpu_rows(repeats=args.repeats)
 
 
-def __getattr__(name: str):
-    """``bench.X`` for the GPU rows' names too (they live in :mod:`encoderlab.course.bench_gpu`,
-    imported only when first asked for, so that it can import from this module)."""
-    if not name.startswith("__"):
-        from encoderlab.course import bench_gpu
+def mask_gpu_rows(folder="figures/data", cpu_rows: list[dict] | None = None) -> dict | None:
+    """The GPU cell of Lesson 9, §3: every mask on a GPU, or what this CPU measured.
 
-        if name in bench_gpu.__all__ or name in _GPU_HELPERS:
-            return getattr(bench_gpu, name)
+    On a GPU the Triton kernel runs on: the kernel checked, then timed with SDPA under every
+    mask (:func:`bench_gpu.gpu_attention_record`), printed per mask; the record is returned.
+    Otherwise one line saying why, the CPU's time fractions per mask (``cpu_rows``, the rows of
+    :func:`bench_masks`), then the GPU runs recorded in ``folder`` or one line on what a GPU
+    run adds. Returns None then.
+    """
+    if cpu_rows is not None and not (isinstance(cpu_rows, list) and all(
+            isinstance(r, dict) and {"mask", "time_fraction"} <= set(r) for r in cpu_rows)):
+        raise ValueError("cpu_rows must be the list of dicts that bench_masks returns (each "
+                         f"with 'mask' and 'time_fraction'), got {cpu_rows!r}.")
+    mode, line = bench_gpu.gpu_mode()
+    print(line)
+    if mode == "triton":
+        record = bench_gpu.gpu_attention_record()  # checks the kernel, then times every mask
+        print(bench_gpu.gpu_mask_table([record]))
+        return record
+    if cpu_rows:
+        cells = ", ".join(f"{r['mask']} {r['time_fraction']:.2f}" for r in cpu_rows)
+        print(f"Measured on this CPU, tiled attention's time / no mask: {cells}.")
+    recorded = [r for r in bench_gpu.recorded_gpu_results(folder) if r.get("mask_rows")]
+    if recorded:
+        print("Recorded GPU runs:")
+        print(bench_gpu.gpu_mask_table(recorded))
+    else:
+        print(bench_gpu.gpu_adds("under every mask above, with PyTorch's fused attention,"))
+    return None
+
+
+def __getattr__(name: str):
+    """``bench.X`` for the GPU rows' names too: they live in :mod:`encoderlab.course.bench_gpu`,
+    and the lessons and tests reach every timing through this one module."""
+    if name in bench_gpu.__all__ or name in _GPU_HELPERS:
+        return getattr(bench_gpu, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

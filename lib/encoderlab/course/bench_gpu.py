@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import statistics
-import sys
 import traceback
 import warnings
 from collections.abc import Callable
@@ -28,9 +27,14 @@ import torch
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from encoderlab import masks, tiled
-from encoderlab.course.bench import _qkv, structural_masks
-from encoderlab.course.timing import interleaved_samples, paired_ratios, spread
+from encoderlab import kernels, masks, tiled
+from encoderlab.course.timing import (
+    interleaved_samples,
+    paired_ratios,
+    random_qkv,
+    spread,
+    structural_masks,
+)
 
 __all__ = [
     "GPU_SHAPE", "GPU_NS", "GPU_CONFIGS", "GPU_MASK_N", "GPU_TARGETS", "SDPA_BACKENDS",
@@ -39,7 +43,7 @@ __all__ = [
     "fastest_gpu_config", "bench_gpu_attention", "bench_sdpa_gpu", "sdpa_gpu_record",
     "sdpa_results_table", "bench_gpu_masks", "gpu_mask_table", "gpu_attention_record",
     "recorded_gpu_results", "gpu_results_table", "gpu_adds", "cpu_skip_line",
-    "lesson_gpu_rows", "write_gpu_record", "print_gpu_rows", "record_command",
+    "lesson_gpu_rows", "write_gpu_record", "print_gpu_rows",
 ]
 
 GPU_DEVICE = "cuda"  # where the GPU rows run (the tests point it at the CPU, with CUDA mocked)
@@ -68,7 +72,7 @@ def interpreter_requested() -> bool:
     """True when TRITON_INTERPRET asks for Triton's CPU interpreter, or the kernel was loaded
     under it: its times would then be the interpreter's, not a GPU's."""
     value = os.environ.get("TRITON_INTERPRET", "").strip().lower()
-    kernel = sys.modules.get("encoderlab.kernels.tiled_triton")
+    kernel = getattr(kernels, "tiled_triton", None)  # set once the kernel module is imported
     return value in ("1", "true", "yes", "on") or (kernel is not None and kernel.interpreted())
 
 
@@ -295,8 +299,8 @@ def fastest_gpu_config(configs=GPU_CONFIGS, n: int | None = None) -> dict:
     """The one of ``configs`` whose full plus causal time is least on this GPU (Lesson 9, §8),
     at n = ``GPU_CONFIG_N`` if None."""
     _require_gpu()
-    q, k, v = _qkv(n or GPU_CONFIG_N, GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], torch.float16,
-                   GPU_DEVICE)
+    q, k, v = random_qkv(n or GPU_CONFIG_N, GPU_SHAPE["heads"], GPU_SHAPE["head_dim"],
+                         torch.float16, GPU_DEVICE)
     calls = {}
     for i, config in enumerate(configs):
         both = _triton_calls(q, k, v, config)
@@ -323,7 +327,8 @@ def bench_gpu_attention(
     config = config or fastest_gpu_config()
     rows = []
     for n in ns or GPU_NS:
-        q, k, v = _qkv(n, GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], torch.float16, GPU_DEVICE)
+        q, k, v = random_qkv(n, GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], torch.float16,
+                             GPU_DEVICE)
         with torch.inference_mode():
             sdpa, backends = _sdpa_calls(q, k, v)
             samples = device_samples({**sdpa, **_triton_calls(q, k, v, config)},
@@ -354,7 +359,8 @@ def bench_sdpa_gpu(ns=None, repeats: int = 10, warmup: float | None = None) -> l
                          "the CPU rows are in `python -m encoderlab bench`.")
     rows = []
     for n in ns or GPU_NS:
-        q, k, v = _qkv(n, GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], torch.float16, GPU_DEVICE)
+        q, k, v = random_qkv(n, GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], torch.float16,
+                             GPU_DEVICE)
         with torch.inference_mode():
             calls, backends = _sdpa_calls(q, k, v)
             samples = device_samples(calls, repeats=repeats, warmup_ms=warmup)
@@ -441,7 +447,7 @@ def bench_gpu_masks(n: int | None = None, repeats: int = 10, warmup: int = 3,
                          "TRITON_INTERPRET=1 before triton is first imported.")
     config = config or fastest_gpu_config()
     dtype = torch.float16 if on_gpu else torch.float32
-    q, k, v = _qkv(n, heads or GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], dtype, device)
+    q, k, v = random_qkv(n, heads or GPU_SHAPE["heads"], GPU_SHAPE["head_dim"], dtype, device)
     with torch.inference_mode():
         calls, backends = _mask_calls(n, q, k, v, config)
         if on_gpu:
@@ -683,18 +689,4 @@ def print_gpu_rows(repeats: int = 7) -> int:
     print(gpu_results_table([{**_gpu_environment(), **config, "rows": rows}]))
     print(gpu_mask_table([{**_gpu_environment(), "rows": rows, "mask_rows": mask_rows}]))
     print("\n".join(_gpu_verdicts(rows)))
-    return 0
-
-
-def record_command(path) -> int:
-    """``--gpu-record FILE``: the record, or a message and exit status 2 where none can be made."""
-    if not tiled.triton_available():
-        print("--gpu-record needs a CUDA device and Triton (pip install triton); "
-              f"CUDA available: {torch.cuda.is_available()}.")
-        return 2
-    reason = kernel_unsupported_reason()
-    if reason is not None:
-        print(f"--gpu-record times the Triton kernel, which cannot run here: {reason}")
-        return 2
-    write_gpu_record(path)
     return 0

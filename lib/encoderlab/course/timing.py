@@ -13,7 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
+
+from encoderlab import masks
+
 __all__ = [
+    "random_qkv",
+    "structural_masks",
     "PairTiming",
     "spread",
     "paired_ratios",
@@ -155,3 +161,26 @@ def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int = 10, wa
     """
     samples = interleaved_samples(fns, repeats=repeats, warmup=warmup, inner=inner, sync=sync)
     return {name: statistics.median(t) for name, t in samples.items()}
+
+
+# --- What the attention timings run on (Lessons 3, 9) ---------------------------------------
+
+
+def random_qkv(n: int, n_heads: int, d_k: int, dtype=torch.float32, device="cpu"):
+    """Seeded q, k, v of shape (1, n_heads, n, d_k) each: the inputs every attention timing
+    uses, the same on every run (Lessons 3, 9)."""
+    g = torch.Generator(device=device).manual_seed(0)
+    shape = (1, n_heads, n, d_k)  # (b, h, n, d_k)
+    return [torch.randn(shape, generator=g, dtype=dtype, device=device) for _ in range(3)]
+
+
+def structural_masks(n: int, window: int = 256, n_docs: int = 4) -> dict[str, torch.Tensor]:
+    """The (n, n) masks Lesson 9 compares, each a boolean tensor (True = may attend)."""
+    doc_ids = torch.arange(n) * n_docs // n  # n_docs documents of equal length, packed
+    return {
+        "full": masks.bidirectional(n),
+        "causal": masks.causal(n),
+        "sliding window": masks.sliding_window(n, window),
+        "document": masks.document(doc_ids),
+        "prefix-LM": masks.prefix_lm(n, n // 4),
+    }

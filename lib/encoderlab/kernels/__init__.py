@@ -1,1 +1,2 @@
-"""GPU kernels: imported only where CUDA and Triton exist (Lesson 9)."""
+"""The tile plan (``tiles``, plain torch) and the GPU kernel that follows it (``tiled_triton``,
+imported only where CUDA and Triton exist) (Lessons 3, 9)."""

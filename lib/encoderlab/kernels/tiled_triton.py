@@ -13,7 +13,7 @@ Tiles the mask hides entirely are never visited:
 * ``mask=None``: every key tile is visited, none is masked;
 * ``mask="causal"``: query tile i visits key tiles 0..i only (the loop bound),
   and masks them by j <= i, which hides something in the diagonal tile i only;
-* a boolean mask tensor: :func:`encoderlab.tiled.classify_tiles` makes the
+* a boolean mask tensor: :func:`encoderlab.kernels.tiles.classify_tiles` makes the
   plan on the host, as for the CPU loop, and each program visits only the
   live key tiles of its row; only PARTIAL tiles load the mask's elements.
 
@@ -41,8 +41,8 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
+from encoderlab.kernels.tiles import PARTIAL, SKIP, classify_tiles
 from encoderlab.masks import check_mask
-from encoderlab.tiled import PARTIAL, SKIP, classify_tiles
 from encoderlab.validate import is_int
 
 assert PARTIAL == 1  # the kernel compares a tile's state with the literal 1
@@ -256,7 +256,7 @@ _PRECISION = {torch.float16: "tf32", torch.bfloat16: "tf32", torch.float32: "iee
 def _plan(n_q: int, n_kv: int, block: int, mask: torch.Tensor):
     """The live key tiles of every query tile, first in each row, with their states.
 
-    From :func:`encoderlab.tiled.classify_tiles`: ``tiles[i, :counts[i]]`` are the key
+    From :func:`encoderlab.kernels.tiles.classify_tiles`: ``tiles[i, :counts[i]]`` are the key
     tiles that query tile i visits, ``states`` says which of them are PARTIAL. Built
     with torch operations where ``mask`` lives: on the GPU, no value goes to the host.
     """

@@ -14,6 +14,7 @@ as a whole word and its pieces' vectors are averaged.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -28,8 +29,11 @@ __all__ = [
     "group_similarity",
     "attention_between_words",
     "attention_from_other_words",
-    "crossed_similarity",
     "crossed_effects",
+    "crossed_bank_sentences",
+    "nearest_agreement",
+    "PhraseProbe",
+    "phrase_probe",
 ]
 
 
@@ -255,45 +259,6 @@ def attention_between_words(
     return torch.stack([rows[..., k].sum(dim=-1) for k in keys], dim=-1)  # (L, h, k)
 
 
-def crossed_similarity(
-    similarity: torch.Tensor, senses: Sequence, topics: Sequence
-) -> dict[tuple[bool, bool], float]:
-    """Mean similarity of the pairs in each cell of a 2 x 2 design: sense by topic (Lesson 1, §4).
-
-    Row (and column) i of the square ``similarity`` matrix belongs to a sentence whose word has
-    sense ``senses[i]`` and whose sentence is about ``topics[i]``. Every pair i < j falls in one
-    cell, keyed ``(same sense, same topic)``: ``(True, True)``, ``(True, False)``,
-    ``(False, True)`` and ``(False, False)``; the value is the mean similarity of its pairs.
-    If same-sense pairs from different topics are more alike than different-sense pairs from
-    the same topic, the vectors follow the word's sense more than the sentence's topic.
-    """
-    m = _check_groups(similarity, senses)
-    if len(topics) != m:
-        raise ValueError(
-            f"topics must name one topic per row: {m} rows, {len(topics)} topics. "
-            "Give every sentence both a sense and a topic."
-        )
-    pairs = torch.triu(torch.ones(m, m, dtype=torch.bool), diagonal=1)  # (m, m): i < j
-
-    def same(names):
-        index = {name: k for k, name in enumerate(dict.fromkeys(names))}
-        label = torch.tensor([index[x] for x in names])  # (m,)
-        return label[:, None] == label[None, :]  # (m, m)
-
-    same_sense, same_topic = same(senses), same(topics)
-    cells = {}
-    for key in ((True, True), (True, False), (False, True), (False, False)):
-        cell = pairs & (same_sense == key[0]) & (same_topic == key[1])  # (m, m)
-        if not cell.any():
-            raise ValueError(
-                f"no pair has (same sense, same topic) = {key}: the design needs at least two "
-                "sentences in each sense and topic combination, got senses "
-                f"{list(senses)} and topics {list(topics)}."
-            )
-        cells[key] = similarity[cell].double().mean().item()
-    return cells
-
-
 def crossed_effects(
     similarity: torch.Tensor,
     senses: Sequence,
@@ -305,7 +270,7 @@ def crossed_effects(
     """The sense effect and the topic effect of a 2 x 2 design, with bootstrap intervals
     (Lesson 1, §4).
 
-    With the cell means of :func:`crossed_similarity` written s_t, s_o (same sense, same or
+    With the mean similarity of the pairs in each cell written s_t, s_o (same sense, same or
     other topic) and d_t, d_o (different sense), the sense effect is
     (s_t + s_o - d_t - d_o) / 2, the topic effect (s_t + d_t - s_o - d_o) / 2, and their
     difference is s_o - d_t. Each comes back as ``(value, low, high)``: the value on the
@@ -385,3 +350,153 @@ def attention_from_other_words(
     a = _attention_of(model, enc)  # (L, h, n, n)
     rows = a[:, :, others].mean(dim=2)  # (L, h, n): the mean row of the other tokens
     return torch.stack([rows[..., k].sum(dim=-1) for k in keys], dim=-1)  # (L, h, k)
+
+
+# --- The crossed sentences of Lesson 1, §4 ------------------------------------------------------
+
+# Phrases that use "bank" in one sense, each with "the bank" in it; 16 per sense.
+BANK_PHRASES = {
+    "lender": [
+        "we asked the bank for a loan", "she paid her mortgage to the bank",
+        "he opened a savings account at the bank", "they borrowed money from the bank",
+        "the clerk at the bank cashed his cheque", "our salary goes straight into the bank",
+        "i owe the bank a lot of money", "the bank charged us a fee",
+        "we got a small business loan from the bank", "she keeps her savings in the bank",
+        "the teller at the bank counted the notes", "he went to the bank to withdraw cash",
+        "the bank refused to lend us more", "my wages are paid into the bank",
+        "the bank raised the interest on our debt", "they robbed the bank at noon"],
+    "river": [
+        "we sat on the bank of the river", "the boat drifted toward the bank",
+        "reeds grew along the bank of the stream", "the water rose over the bank",
+        "he fished from the bank", "the children played on the bank",
+        "the ducks slept on the bank by the water", "a heron stood on the bank of the pond",
+        "we pulled the canoe up the bank", "the willows leaned over the bank of the creek",
+        "the river flooded the bank after the rain", "she walked along the bank",
+        "the otter slid down the bank into the water", "wild flowers covered the bank of the river",
+        "the tide washed mud onto the bank", "frogs croaked on the bank at dusk"],
+}
+# Opening clauses about one topic, with no "bank" in them; 16 per topic.
+TOPIC_CLAUSES = {
+    "water": [
+        "after a day of fishing on the lake", "when the flood reached the valley",
+        "on our sailing trip along the coast", "while the rain filled the streams",
+        "near the harbour where the boats were moored", "during the canoe race on the lake",
+        "as the waves crashed on the shore", "on a rafting holiday in the mountains",
+        "after we swam in the cold sea", "when the snow melted in the hills",
+        "on the ferry across the bay", "while the fishermen mended their nets",
+        "after the storm flooded the marsh", "when the lake froze in winter",
+        "on our walk by the waterfall", "as the ship sailed into the port"],
+    "money": [
+        "after the stock market crashed", "when interest rates went up",
+        "during the housing boom in the city", "while the investors counted their profits",
+        "after the company paid its taxes", "when the price of gold fell",
+        "as the shares lost half their value", "during the budget meeting at the office",
+        "after the firm reported record profits", "when the economy slowed down",
+        "during the tax season in april", "while the traders sold their bonds",
+        "after the price of oil doubled", "when the rent on our flat went up",
+        "as inflation hit ten percent", "during the auction of the old factory"],
+}
+
+
+def crossed_bank_sentences(per_cell: int = 8) -> tuple[list[str], list[str], list[str]]:
+    """(texts, senses, topics): "bank" in a 2 x 2 design of sense by topic (Lesson 1, §4).
+
+    Each text is an opening clause about a topic (water or money), a comma, and a phrase that
+    uses "bank" in one sense (lender or river): "after the stock market crashed, we sat on the
+    bank of the river". ``per_cell`` texts per (sense, topic), in the order lender·water,
+    lender·money, river·water, river·money; no phrase and no clause is used twice, so a topic's
+    clauses are different words in the two senses, and every text says "the bank".
+    """
+    if not (is_int(per_cell) and 2 <= per_cell <= 8):
+        raise ValueError(f"per_cell must be an int from 2 to 8 (16 phrases and 16 clauses per "
+                         f"group are shared by two cells), got {per_cell!r}.")
+    texts, senses, topics = [], [], []
+    for s, (sense, phrases) in enumerate(BANK_PHRASES.items()):
+        for t, (topic, clauses) in enumerate(TOPIC_CLAUSES.items()):
+            for i in range(per_cell):
+                texts.append(f"{clauses[8 * s + i]}, {phrases[8 * t + i]}")
+                senses.append(sense)
+                topics.append(topic)
+    return texts, senses, topics
+
+
+# --- Where the sense goes: "bank", the "the" before it, the opening clause (Lesson 1, §4) -------
+
+
+def nearest_agreement(similarity: torch.Tensor, labels: Sequence) -> int:
+    """How many rows' most similar *other* row carries the same label (Lesson 1, §4).
+
+    A 1-nearest-neighbour probe: for each row i of the square ``similarity`` matrix, take the
+    column j != i with the highest similarity and count it when ``labels[j] == labels[i]``.
+    With two balanced groups of m/2 and no information, about half the rows agree.
+    """
+    m = _check_groups(similarity, labels)
+    if m < 2:
+        raise ValueError(f"nearest_agreement needs at least 2 rows, got {m}.")
+    others = similarity.double().clone()
+    others.fill_diagonal_(float("-inf"))  # a vector is not its own neighbour
+    nearest = others.argmax(dim=1).tolist()  # (m,)
+    return sum(labels[j] == labels[i] for i, j in enumerate(nearest))
+
+
+@dataclass
+class PhraseProbe:
+    """The result of :func:`phrase_probe` (Lesson 1, §4). ``places`` are "bank" (the word),
+    "the" (the token before it) and "clause" (the mean of the opening clause's tokens)."""
+
+    senses: list
+    topics: list
+    vectors: dict  # place -> (L + 1, m, d)
+    similarity: dict  # place -> (L + 1, m, m) cosine similarities
+    nearest: dict  # (place, "sense" or "topic") -> list over layers of counts out of m
+    effects: dict  # place -> list over layers of crossed_effects() dicts
+
+    def table(self) -> str:
+        """Per layer, how many of the m vectors have a nearest other vector of the same sense,
+        and of the same topic, for each place."""
+        places = list(self.vectors)
+        m = len(self.senses)
+        head = f"{'':6}" + "".join(f"{f'same {kind} (of {m})':^24}" for kind in ("sense", "topic"))
+        cols = f"{'layer':<6}" + "".join(f"{p:>8}" for p in places) * 2
+        lines = [head, cols]
+        for k in range(len(self.nearest[places[0], "sense"])):
+            counts = [self.nearest[p, kind][k] for kind in ("sense", "topic") for p in places]
+            lines.append(f"{k:<6}" + "".join(f"{c:>8}" for c in counts))
+        return "\n".join(lines)
+
+
+def phrase_probe(tokenizer, model, texts: Sequence[str], senses: Sequence, topics: Sequence,
+                 word: str = "bank", draws: int = 500) -> PhraseProbe:
+    """Which tokens pick up the sense of ``word``, and when the topic arrives (Lesson 1, §4).
+
+    Each text is an opening clause, a comma, and a phrase in which ``word`` follows "the"
+    (the sentences of :func:`crossed_bank_sentences`). At every layer three vectors are read
+    per text: ``word`` itself, the "the" before it, and the mean of the clause's tokens. For
+    each, the 1-nearest-neighbour counts of :func:`nearest_agreement` (by sense and by topic)
+    and the :func:`crossed_effects` with ``draws`` bootstrap resamplings.
+    """
+    if not (len(texts) == len(senses) == len(topics) >= 4):
+        raise ValueError(f"texts, senses and topics must have one entry per sentence (at least "
+                         f"4), got {len(texts)}, {len(senses)} and {len(topics)}.")
+    rows = {word: [], "the": [], "clause": []}
+    for text in texts:
+        enc = tokenizer([text], return_tensors="pt")
+        tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+        at = word_positions(tokenizer, text, word)
+        if "," not in tokens or tokens[at[0] - 1] != "the":
+            raise ValueError(f"each text must be 'clause, phrase' with 'the {word}' in the "
+                             f"phrase, got {text!r}. Use crossed_bank_sentences().")
+        comma = tokens.index(",")
+        with torch.no_grad():
+            h = torch.stack(model(**enc).hidden_states)[:, 0]  # (L + 1, n, d)
+        rows[word].append(h[:, at].mean(dim=1))  # (L + 1, d)
+        rows["the"].append(h[:, at[0] - 1])
+        rows["clause"].append(h[:, 1:comma].mean(dim=1))  # the clause, without [CLS]
+    vectors = {p: torch.stack(v, dim=1) for p, v in rows.items()}  # (L + 1, m, d) each
+    similarity = {p: torch.stack([cosine_similarity_matrix(x) for x in v])
+                  for p, v in vectors.items()}  # (L + 1, m, m) each
+    nearest = {(p, kind): [nearest_agreement(s, labels) for s in similarity[p]]
+               for p in similarity for kind, labels in (("sense", senses), ("topic", topics))}
+    effects = {p: [crossed_effects(s, senses, topics, draws=draws) for s in similarity[p]]
+               for p in similarity}
+    return PhraseProbe(list(senses), list(topics), vectors, similarity, nearest, effects)

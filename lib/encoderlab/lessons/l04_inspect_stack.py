@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from encoderlab.heads import pool
 from encoderlab.validate import is_int, shape_of
 
 __all__ = [
@@ -35,9 +36,9 @@ __all__ = [
     "layer_to_layer_similarity",
     "value_contributions",
     "hide_keys",
-    "mean_pool",
     "block_without_residual",
     "residual_similarity",
+    "update_sizes",
     "contributions_by_layer",
     "values_zeroed",
     "sink_interventions",
@@ -338,20 +339,6 @@ def hide_keys(input_ids: torch.Tensor, token_id: int) -> torch.Tensor:
     return visible[:, None, None, :].expand(b, 1, n, n).clone()  # (b, 1, n_q, n_k)
 
 
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The mean of each sequence's real token vectors: (b, n, d) -> (b, d) (Lesson 4, §6).
-
-    all-MiniLM-L6-v2's sentence vector (before its final normalisation): [PAD] positions,
-    where ``attention_mask`` is 0, are left out of the mean.
-    """
-    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3:
-        got = shape_of(hidden)
-        raise ValueError(f"hidden must have shape (b, n, d), got {got}.")
-    b, n, _ = hidden.shape
-    real = _real_tokens(attention_mask, b, n, hidden.device).to(hidden.dtype)  # (b, n)
-    return (hidden * real[..., None]).sum(dim=1) / real.sum(dim=1, keepdim=True)  # (b, d)
-
-
 def block_without_residual(block: nn.Module, h: torch.Tensor, mask=None) -> torch.Tensor:
     """A post-LN block with both identity paths removed: LN_2(MLP(LN_1(MHA(h)))) (Lesson 4, §2).
 
@@ -397,6 +384,36 @@ def residual_similarity(blocks, hidden_states, attention_mask=None) -> dict[str,
         result["residual removed"].append(F.cosine_similarity(h_in, h_plain, dim=-1)[real].mean())
         across = F.cosine_similarity(h_in[:, :, None], h_out[:, None], dim=-1)  # (b, n, n)
         result["other positions"].append(across[pairs].mean())
+    return {name: torch.stack(values) for name, values in result.items()}
+
+
+def update_sizes(blocks, hidden_states, attention_mask=None) -> dict[str, torch.Tensor]:
+    """How large a correction each sub-layer writes into the residual stream (Lesson 4, §2).
+
+    Two (L,) tensors, each a mean over the real tokens of ||update|| / ||stream it is added to||:
+    ``"attention"``, ||MHA(.)_i|| / ||h_i|| for the block's input h; ``"MLP"``, ||MLP(.)_i|| /
+    ||h'_i|| for the stream h' the MLP's output is added to (after LN_1 in a post-LN block,
+    h + MHA before it in a pre-LN one). Dropout is not applied.
+    ``blocks``: the model's blocks; ``hidden_states``: its L + 1 tensors (b, n, d).
+    """
+    hs = _stack(hidden_states, "hidden states, L + 1 tensors (b, n, d)", 4, "hidden_states")
+    if len(blocks) != hs.shape[0] - 1:
+        raise ValueError(f"need L + 1 = {len(blocks) + 1} hidden states for {len(blocks)} "
+                         f"blocks, got {hs.shape[0]}: pass model.blocks and out.hidden_states.")
+    _, b, n, _ = hs.shape
+    real = _real_tokens(attention_mask, b, n, hs.device)  # (b, n)
+    keys = real[:, None, None, :]  # (b, 1, 1, n): hide [PAD] keys
+    result: dict[str, list[torch.Tensor]] = {"attention": [], "MLP": []}
+    for l, block in enumerate(blocks):
+        h = hs[l]  # (b, n, d): the block's input
+        post = getattr(block, "norm_position", "post") == "post"
+        with torch.no_grad():
+            a, _ = block.attention(h if post else block.norm_1(h), mask=keys,
+                                   need_weights=False)  # (b, n, d)
+            stream = block.norm_1(h + a) if post else h + a  # what the MLP's output joins
+            m = block.mlp(stream if post else block.norm_2(stream))  # (b, n, d)
+        result["attention"].append((a.norm(dim=-1) / h.norm(dim=-1))[real].mean())
+        result["MLP"].append((m.norm(dim=-1) / stream.norm(dim=-1))[real].mean())
     return {name: torch.stack(values) for name, values in result.items()}
 
 
@@ -468,10 +485,10 @@ def sink_interventions(model: nn.Module, batch: Mapping[str, torch.Tensor], cls_
     real = am.bool()
     words = real & (ids != cls_id) & (ids != sep_id)  # (b, n)
     with torch.no_grad():
-        unchanged = mean_pool(model(**batch).last_hidden_state, am)  # (b, d)
+        unchanged = pool(model(**batch).last_hidden_state, am)  # (b, d)
 
         def cosine(hidden):  # (b, n, d) -> (b,)
-            return F.cosine_similarity(mean_pool(hidden, am), unchanged)
+            return F.cosine_similarity(pool(hidden, am), unchanged)
 
         result = {"hide [CLS] as a key": cosine(
             model(**batch, mask=hide_keys(ids, cls_id)).last_hidden_state)}

@@ -2,7 +2,7 @@
 
 A 12-block encoder (d = 64, 4 heads) learns to reverse a random sequence of 16 tokens, trained
 with AdamW at one learning rate, either constant from the first step or warmed up linearly over
-the first 30 % of the steps (``course.train.warmup_factor`` without decay). Four settings,
+the first 30 % of the steps (``training.warmup_factor`` without decay). Four settings,
 post-LN or pre-LN times warm-up or none, three seeds each; a seed fixes the initial weights and
 the batch stream, shared by the four settings. A small grid repeats the four settings at a lower
 and a higher learning rate (``LR_GRID``, seed 0) to show that warm-up widens the range of
@@ -14,9 +14,14 @@ warm-up moves post-LN's limit from between 6 and 12 blocks to between 12 and 24.
     curves["post", False, 0]                            # (STEPS // EVERY,) window means
     grid = load_lr_grid()                               # grid[lr][norm, warmup]: final loss
     depth = load_depth_axis()                           # depth[norm, warmup, L]: final loss
+    curve, metadata = load_long_run()                   # post-LN, no warm-up, 1,200 steps
+    profile = gradient_profile(n_layers=24)             # at init: each block's ||grad W_2||
+    adam_step_change("post", 12)                        # output moved by one real Adam step
+    tensors, metadata = train_branch_scaling()          # post-LN, no warm-up, branches scaled
 
-The artefact ``l4-warmup`` (``python -m encoderlab train l4-warmup``) holds no weights, only the
-training loss of every run averaged over windows of ``EVERY`` steps.
+The artefacts ``l4-warmup``, ``l4-warmup-long`` and ``l4-warmup-scaled`` (``python -m
+encoderlab train NAME``) hold no weights, only the training loss of every run averaged over
+windows of ``EVERY`` steps (and, for the last, two numbers per run).
 """
 
 from __future__ import annotations
@@ -24,20 +29,23 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from encoderlab.course.train import load_artefact, train, warmup_factor
 from encoderlab.encoder import EncoderConfig, EncoderModel
+from encoderlab.training import load_artefact, train, warmup_factor
 from encoderlab.validate import check_positive_int
 
 __all__ = ["SIZES", "VOCAB", "LENGTH", "BATCH_SIZE", "STEPS", "LEARNING_RATE", "WARMUP_FRACTION",
            "EVERY", "SEEDS", "CONSTANT_GUESS", "SETTINGS", "reversal_batches", "ReversalModel",
            "reversal_loss", "window_means", "train_setting", "train_warmup_comparison", "RECIPES",
            "load_comparison", "final_losses", "LR_GRID", "train_lr_grid", "load_lr_grid",
-           "gradients_at_init", "results_table", "DEPTH_AXIS", "train_depth_axis",
+           "gradient_profile", "adam_step_change", "scale_branches", "hidden_spread",
+           "train_branch_scaling", "load_branch_scaling", "LONG_STEPS", "train_long_run",
+           "load_long_run", "results_table", "DEPTH_AXIS", "train_depth_axis",
            "load_depth_axis", "depth_table"]
 
 SIZES = dict(d_model=64, n_heads=4, n_layers=12, d_ff=256, n_max=64, dropout=0.0, pooler=False)
@@ -103,13 +111,16 @@ def window_means(history, every: int = EVERY) -> torch.Tensor:
 
 
 def train_setting(norm: str, warmup: bool, seed: int, steps: int = STEPS,
-                  lr: float = LEARNING_RATE, progress: bool = False, **sizes) -> list[float]:
+                  lr: float = LEARNING_RATE, progress: bool = False, model: nn.Module | None = None,
+                  **sizes) -> list[float]:
     """The training loss of every step of one run (Lesson 4, §7): ``seed`` fixes the initial
     weights and the batches; ``warmup`` ramps the learning rate linearly over the first
-    ``WARMUP_FRACTION`` of the steps, then holds it."""
+    ``WARMUP_FRACTION`` of the steps, then holds it. AdamW, no weight decay, no gradient
+    clipping. Pass ``model`` (built after ``torch.manual_seed(seed)``) to train it in place."""
     check_positive_int(steps, "steps")
-    torch.manual_seed(seed)
-    model = ReversalModel(norm, **sizes)
+    if model is None:
+        torch.manual_seed(seed)
+        model = ReversalModel(norm, **sizes)
     warmup_steps = max(1, round(WARMUP_FRACTION * steps))
     schedule = ((lambda step: warmup_factor(step, steps, warmup_steps, decay=False))
                 if warmup else None)
@@ -176,7 +187,39 @@ def train_warmup_comparison(steps: int | None = None, progress: bool = True):
     return tensors, metadata
 
 
-RECIPES = {"l4-warmup": train_warmup_comparison}
+LONG_STEPS = 1200  # the long run: post-LN without warm-up, four times the main runs' steps
+
+
+def train_long_run(steps: int | None = None, progress: bool = True):
+    """Lesson 4, §7: post-LN without warm-up (12 blocks, lr 2e-3, seed 0) for ``LONG_STEPS``
+    steps, four times the comparison's, to tell a stuck run from a slow one."""
+    steps = LONG_STEPS if steps is None else steps
+    check_positive_int(steps, "steps")
+    every = min(EVERY, steps)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in train_warmup_comparison: reproducible on one thread
+    try:
+        wall = time.perf_counter()
+        history = train_setting("post", False, 0, steps=steps, progress=progress)
+        wall = time.perf_counter() - wall
+    finally:
+        torch.set_num_threads(threads)
+    metadata = {"steps": steps, "every": every, "seed": 0, "lr": LEARNING_RATE,
+                "norm": "post", "warmup": "none", "vocab": VOCAB,
+                "sizes": ",".join(f"{k}={v}" for k, v in SIZES.items()),
+                "wall_seconds": f"{wall:.0f}"}
+    return {"post.constant.s0": window_means(history, every)}, metadata
+
+
+def load_long_run(name: str = "l4-warmup-long") -> tuple[torch.Tensor, dict[str, str]]:
+    """(curve, metadata) of the committed long run (Lesson 4, §7): the training loss averaged
+    over windows of ``metadata["every"]`` steps, shape (steps // every,)."""
+    tensors, metadata = load_artefact(name)
+    return tensors["post.constant.s0"], metadata
+
+
+RECIPES = {"l4-warmup": train_warmup_comparison, "l4-warmup-long": train_long_run}  # + below
+
 
 
 def load_comparison(name: str = "l4-warmup"):
@@ -245,32 +288,131 @@ def depth_table(depth: dict[tuple[str, bool, int], float]) -> str:
     return "\n".join(lines)
 
 
-def gradients_at_init(depths=(6, 12, 24), seeds=SEEDS) -> dict[str, torch.Tensor]:
-    """Lesson 4, §7: at initialisation, the gradient norm of the last block's MLP output matrix
-    W_2 for post-LN and pre-LN ``ReversalModel``s of each depth in ``depths``, on one batch,
-    averaged over ``seeds``; and the mean norm of a token's vector at the top of the stack (the
-    last block's output, before any final LayerNorm). Four (len(depths),) tensors: ``"post
-    grad"``, ``"pre grad"``, ``"post stream"``, ``"pre stream"``."""
-    for L in depths:
-        check_positive_int(L, "each depth")
+@contextmanager
+def _one_thread():
+    """Small matrices: one thread is as fast as several, and its sums are reproducible."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def gradient_profile(n_layers: int = 24, seeds=SEEDS) -> dict[str, torch.Tensor]:
+    """Lesson 4, §7: at initialisation, the gradient norm of each block's MLP output matrix W_2
+    (as in Xiong et al. 2020, Fig. 3) for a post-LN and a pre-LN ``ReversalModel`` of
+    ``n_layers`` blocks, on one batch, averaged over ``seeds``: {"post": (L,), "pre": (L,)},
+    block 1 first."""
+    check_positive_int(n_layers, "n_layers")
     if not seeds:
         raise ValueError("seeds must name at least one seed, e.g. (0, 1, 2).")
-    result = {f"{norm} {what}": torch.zeros(len(depths)) for norm in ("post", "pre")
-              for what in ("grad", "stream")}
-    for i, L in enumerate(depths):
+    profile = {}
+    with _one_thread():
         for norm in ("post", "pre"):
+            total = torch.zeros(n_layers)
             for seed in seeds:
                 torch.manual_seed(seed)
-                model = ReversalModel(norm, n_layers=L)
-                top = []  # the last block's output, captured on the way up
-                hook = model.encoder.blocks[-1].register_forward_hook(
-                    lambda module, inputs, output, top=top: top.append(output[0].detach()))
+                model = ReversalModel(norm, n_layers=n_layers)
                 reversal_loss(model, next(reversal_batches(seed))).backward()
-                hook.remove()
-                grad = model.encoder.blocks[-1].mlp.w_2.weight.grad  # (d, d_ff)
-                result[f"{norm} grad"][i] += grad.norm() / len(seeds)
-                result[f"{norm} stream"][i] += top[0].norm(dim=-1).mean() / len(seeds)
-    return result
+                total += torch.stack([block.mlp.w_2.weight.grad.norm()  # each (d, d_ff)
+                                      for block in model.encoder.blocks])
+            profile[norm] = total / len(seeds)
+    return profile
+
+
+def adam_step_change(norm: str, n_layers: int, seed: int = 0, lr: float = LEARNING_RATE
+                     ) -> float:
+    """Lesson 4, §7: the relative change of the encoder's output,
+    ||F(x; W') - F(x; W)|| / ||F(x; W)||, after one real AdamW step at ``lr`` from the
+    initialisation of ``seed`` (no warm-up), on that seed's first batch. Adam's first step
+    moves every weight by about ``lr`` times the sign of its gradient."""
+    check_positive_int(n_layers, "n_layers")
+    if not lr > 0:
+        raise ValueError(f"lr must be a positive learning rate, e.g. 2e-3; got {lr}.")
+    with _one_thread():
+        torch.manual_seed(seed)
+        model = ReversalModel(norm, n_layers=n_layers)
+        batch = next(reversal_batches(seed))
+        with torch.no_grad():
+            before = model.encoder(batch[0]).last_hidden_state  # (b, n, d)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+        reversal_loss(model, batch).backward()
+        optimizer.step()
+        with torch.no_grad():
+            after = model.encoder(batch[0]).last_hidden_state  # (b, n, d)
+    return ((after - before).norm() / before.norm()).item()
+
+
+def scale_branches(model: nn.Module) -> nn.Module:
+    """Lesson 4, §7: DeepNet's residual scaling (Wang et al. 2022) on a post-LN ``ReversalModel``
+    of L blocks, in place: each block computes LN(alpha x + f(x)) with alpha = (2L)^(1/4), and
+    W_V, W_O, W_1, W_2 start beta = (8L)^(-1/4) times smaller. A LayerNorm ignores a common
+    scale, so LN(alpha x + f(x)) = LN(x + f(x) / alpha): forward hooks divide each attention and
+    MLP output by alpha, and every block depends less on its residual branch."""
+    encoder = getattr(model, "encoder", None)
+    if encoder is None or encoder.config.norm != "post":
+        raise ValueError("scale_branches needs a post-LN ReversalModel, e.g. "
+                         "ReversalModel('post'); got " + type(model).__name__ + ".")
+    L = len(encoder.blocks)
+    alpha, beta = (2 * L) ** 0.25, (8 * L) ** -0.25
+    for block in encoder.blocks:
+        with torch.no_grad():
+            for linear in (block.attention.w_v, block.attention.w_o, block.mlp.w_1,
+                           block.mlp.w_2):
+                linear.weight.mul_(beta)
+        block.attention.register_forward_hook(
+            lambda module, inputs, out: (out[0] / alpha, *out[1:]))  # (a, weights)
+        block.mlp.register_forward_hook(lambda module, inputs, out: out / alpha)
+    return model
+
+
+def hidden_spread(model: nn.Module, seed: int = 99) -> float:
+    """Lesson 4, §7: 1 minus the mean cosine between the final vectors of every pair of
+    positions in one batch of ``seed`` (all positions of all sequences): 0 when the stack gives
+    every position of every input the same vector, i.e. its output ignores its input."""
+    x, _ = next(reversal_batches(seed))
+    with torch.no_grad():
+        final = model.encoder(x).last_hidden_state.flatten(0, 1)  # (b * n, d)
+    unit = F.normalize(final, dim=-1)
+    cosine = unit @ unit.T  # (b n, b n)
+    m = cosine.shape[0]
+    return 1.0 - ((cosine.sum() - cosine.diagonal().sum()) / (m * (m - 1))).item()
+
+
+def train_branch_scaling(steps: int | None = None, progress: bool = True):
+    """Lesson 4, §7: post-LN, 12 blocks, no warm-up, seed 0, lr ``LEARNING_RATE``, twice: as in
+    the comparison (it stays at the constant guess) and with :func:`scale_branches`. Stores each
+    run's curve and :func:`hidden_spread` of its final model."""
+    steps = STEPS if steps is None else steps
+    check_positive_int(steps, "steps")
+    every = min(EVERY, steps)
+    tensors, cpu = {}, time.process_time()
+    with _one_thread():
+        for name, scaled in (("plain", False), ("scaled", True)):
+            torch.manual_seed(0)
+            model = ReversalModel("post")
+            if scaled:
+                scale_branches(model)
+            history = train_setting("post", False, 0, steps=steps, progress=progress,
+                                    model=model)
+            tensors[f"{name}.curve"] = window_means(history, every)
+            tensors[f"{name}.spread"] = torch.tensor([hidden_spread(model)])
+    L = SIZES["n_layers"]
+    metadata = {"steps": steps, "every": every, "seed": 0, "lr": LEARNING_RATE,
+                "norm": "post", "warmup": "none", "clipping": "none",
+                "init": "PyTorch default: embeddings N(0, 1), linear layers Kaiming-uniform",
+                "alpha": f"{(2 * L) ** 0.25:.3f}", "beta": f"{(8 * L) ** -0.25:.3f}",
+                "cpu_seconds": f"{time.process_time() - cpu:.0f}"}
+    return tensors, metadata
+
+
+def load_branch_scaling(name: str = "l4-warmup-scaled"):
+    """(runs, metadata) of the committed branch-scaling record (Lesson 4, §7):
+    ``runs[name] = (curve, spread)`` for ``"plain"`` and ``"scaled"``."""
+    tensors, metadata = load_artefact(name)
+    runs = {k: (tensors[f"{k}.curve"], float(tensors[f"{k}.spread"])) for k in ("plain", "scaled")}
+    return runs, metadata
 
 
 def results_table(finals: dict[tuple[str, bool], list[float]],
@@ -299,3 +441,6 @@ def results_table(finals: dict[tuple[str, bool], list[float]],
     lines += [f"{name:<19}" + "".join(f"{cell:>{w}}" for cell, w in zip(cells, widths))
               for name, cells in rows]
     return "\n".join(lines)
+
+
+RECIPES["l4-warmup-scaled"] = train_branch_scaling

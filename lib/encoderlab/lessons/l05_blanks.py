@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
-from encoderlab.course import stats
+from encoderlab import stats
 from encoderlab.data import CompactVocab
 from encoderlab.heads import TinyLM
 from encoderlab.lessons.l05_mlm import MAX_LENGTH, OBJECTIVES
+from encoderlab.objectives import mlm_corrupt
 from encoderlab.validate import check_positive_int
 
 __all__ = [
@@ -31,9 +32,15 @@ __all__ = [
     "plain_word_positions",
     "word_blanks",
     "cut_right",
+    "keep_right_words",
     "word_token_mask",
     "score_blanks",
     "blank_table",
+    "FATES",
+    "bayes_echoes",
+    "echo_margin",
+    "fate_readings",
+    "echo_curve",
     "word_pairs",
     "fill_two",
     "loss_positions",
@@ -200,6 +207,30 @@ def cut_right(blanks: BlankSet, mask_id: int, sep_id: int) -> tuple[torch.Tensor
     return inputs, (columns <= t + 1).long().expand(m, n).clone()
 
 
+def keep_right_words(blanks: BlankSet, k: int, mask_id: int, sep_id: int,
+                     piece: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sentences with ``[MASK]`` at the blank and only ``k`` words after it (Lesson 5, §5).
+
+    ``[CLS] x_1 .. x_{t-1} [MASK] w_1 .. w_k [SEP]``: a word is a token with the ``##`` pieces
+    that follow it (``piece``, (V,) bool, marks those pieces); ``k = 0`` is :func:`cut_right`.
+    A sentence with ``k`` words or fewer after the blank (its final punctuation counts as one)
+    is kept whole. Returns (input_ids, attention_mask), each (m, n) like ``blanks.input_ids``.
+    """
+    if not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a number of words, an int >= 0, got {k!r}.")
+    m, n = blanks.input_ids.shape
+    columns = torch.arange(n)[None, :]  # (1, n)
+    t = blanks.position[:, None]  # (m, 1)
+    last = blanks.attention_mask.sum(dim=1, keepdim=True) - 1  # (m, 1): where [SEP] is
+    starts = (columns > t) & (columns < last) & ~piece[blanks.input_ids]  # (m, n): word starts
+    words_so_far = starts.long().cumsum(dim=1)  # (m, n): words begun after the blank, up to s
+    keep = (columns < t) | ((columns > t) & (columns < last) & (words_so_far <= k))  # (m, n)
+    end = (keep | (columns == t)).long().sum(dim=1, keepdim=True)  # (m, 1): where [SEP] goes
+    inputs = blanks.input_ids.masked_fill(~keep, 0).masked_fill(columns == t, mask_id)
+    inputs = inputs.masked_fill(columns == end, sep_id)
+    return inputs, (columns <= end).long().expand(m, n).clone()
+
+
 def word_token_mask(vocab: CompactVocab) -> torch.Tensor:
     """(V,) bool: the tokens that are whole alphabetic words, the candidates for a blank (§5)."""
     return torch.tensor([tok.isalpha() and tok not in vocab.SPECIALS for tok in vocab.tokens])
@@ -208,20 +239,21 @@ def word_token_mask(vocab: CompactVocab) -> torch.Tensor:
 @torch.no_grad()
 def score_blanks(model: TinyLM, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                  blanks: BlankSet, allowed: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Score a bidirectional ``model`` on ``blanks`` read as ``input_ids`` (Lesson 5, §5).
+    """Score ``model`` on ``blanks`` read as ``input_ids`` (Lesson 5, §5).
 
-    The prediction at each blank's position is ranked over the ``allowed`` tokens ((V,) bool;
-    all if None). Returns {"top-1": (m,) bool, "top-5": (m,) bool, "loss": (m,) the negative
+    The prediction for each blank is ranked over the ``allowed`` tokens ((V,) bool; all if
+    None): a bidirectional model's at the blank's position t, a causal model's at t - 1, where
+    it predicts the next token from the words on the left only (pass the original sentences).
+    Returns {"top-1": (m,) bool, "top-5": (m,) bool, "loss": (m,) the negative
     log-probability of the right answer, in nats}, one entry per blank, for paired comparisons.
     """
-    if model.causal:
-        raise ValueError("score_blanks needs the bidirectional (MLM) model; pass the encoder.")
     if input_ids.shape != blanks.input_ids.shape or attention_mask.shape != input_ids.shape:
         raise ValueError(f"input_ids and attention_mask must have the blanks' shape "
                          f"{tuple(blanks.input_ids.shape)}, got {tuple(input_ids.shape)} and "
                          f"{tuple(attention_mask.shape)}; build them with cut_right.")
     rows = torch.arange(len(blanks))
-    logits = model(input_ids, attention_mask)[rows, blanks.position]  # (m, V)
+    where = blanks.position - 1 if model.causal else blanks.position  # (m,): who predicts t
+    logits = model(input_ids, attention_mask)[rows, where]  # (m, V)
     if allowed is not None:
         logits = logits.masked_fill(~allowed, float("-inf"))
     log_p = logits.log_softmax(dim=-1)  # (m, V)
@@ -238,7 +270,7 @@ def blank_table(scores: dict[str, dict[str, torch.Tensor]], reference: str,
     ``scores`` maps a reading's name to :func:`score_blanks`'s dict ({"top-1", "top-5", (m,)
     bool; "loss", (m,) nats, optional}), every reading scored on the same m blanks. One row per
     reading: its means, then its difference from ``reference`` (top-1 in points, loss in nats)
-    with a 95 % paired bootstrap interval (:func:`~encoderlab.course.stats.
+    with a 95 % paired bootstrap interval (:func:`~encoderlab.stats.
     paired_difference_interval`, blanks resampled with ``seed``). Returns {name: {"top-1" |
     "top-5" | "loss": (difference, low, high)}} for every reading but ``reference``.
     """
@@ -272,12 +304,104 @@ def blank_table(scores: dict[str, dict[str, torch.Tensor]], reference: str,
     return differences
 
 
+# --- What the encoder does with a visible chosen token (§4) --------------------------------------
+
+FATES = ("[MASK]", "random", "original")  # what a chosen position shows: codes 0, 1, 2
+
+
+def _check_q(q: torch.Tensor, shown: torch.Tensor, n_ordinary: int) -> None:
+    if q.dim() != 2 or shown.shape != q.shape[:1]:
+        raise ValueError(f"q must be (m, V) probabilities and shown (m,) ids, got q of shape "
+                         f"{tuple(q.shape)} and shown of shape {tuple(shown.shape)}.")
+    check_positive_int(n_ordinary, "n_ordinary (V', the number of ordinary tokens)")
+
+
+def echo_margin(q: torch.Tensor, shown: torch.Tensor, n_ordinary: int) -> torch.Tensor:
+    """(m,) log10 of q(w)·V' / max over x != w of q(x), for the visible token w = ``shown`` (§4).
+
+    ``q`` (m, V) is what the context alone says about each position (the model reading
+    ``[MASK]`` there). Shown w, the answer is w with weight about 0.1·q(w) (left unchanged) and
+    any other x with weight 0.1·q(x)/V' (x replaced by a random draw of w), so the best guess is
+    w exactly when this margin is above 0 (:func:`bayes_echoes`).
+    """
+    _check_q(q, shown, n_ordinary)
+    rows = torch.arange(len(shown))
+    q_w = q[rows, shown]  # (m,)
+    others = q.clone()
+    others[rows, shown] = float("-inf")
+    return torch.log10(q_w * n_ordinary) - torch.log10(others.max(dim=-1).values)
+
+
+def bayes_echoes(q: torch.Tensor, shown: torch.Tensor, n_ordinary: int) -> torch.Tensor:
+    """(m,) bool: does the best guess under 80/10/10 echo the visible token w? (Lesson 5, §4).
+
+    Yes exactly when q(w)·V' > max over x != w of q(x) (see :func:`echo_margin`).
+    """
+    return echo_margin(q, shown, n_ordinary) > 0
+
+
+@torch.no_grad()
+def fate_readings(model: TinyLM, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  vocab: CompactVocab, draws: int = 40, seed: int = 200) -> dict[str, torch.Tensor]:
+    """Every chosen position of ``draws`` corruptions of the sentences, read by ``model`` (§4).
+
+    Returns 1-D tensors over the chosen positions of all draws (corruption s from seed
+    ``seed + s``): ``fate`` (0, 1, 2 as in :data:`FATES`), ``right`` (top guess = the original),
+    ``echo`` (top guess = the visible token) and ``margin`` (:func:`echo_margin`, with q from the
+    same model reading ``[MASK]`` at every visible chosen position; NaN at ``[MASK]``).
+    """
+    check_positive_int(draws, "draws")
+    if model.causal:
+        raise ValueError("fate_readings needs the MLM encoder (causal=False): a causal model "
+                         "cannot read the words after a position.")
+    n_ordinary = vocab.size - len(vocab.special_ids)  # V'
+    out: dict[str, list[torch.Tensor]] = {"fate": [], "right": [], "echo": [], "margin": []}
+    for s in range(draws):
+        g = torch.Generator().manual_seed(seed + s)
+        inputs, labels = mlm_corrupt(input_ids, attention_mask, vocab.special_ids, vocab.size,
+                                     generator=g, mask_id=vocab.mask_id)
+        chosen = labels != -100  # (N, n)
+        predicted = model(inputs, attention_mask).argmax(dim=-1)  # (N, n)
+        visible = chosen & (inputs != vocab.mask_id)  # random or original
+        q = model(inputs.masked_fill(visible, vocab.mask_id), attention_mask).softmax(-1)
+        fate = torch.where(inputs == vocab.mask_id, 0, torch.where(inputs == input_ids, 2, 1))
+        margin = torch.full(inputs.shape, float("nan"))  # (N, n)
+        margin[visible] = echo_margin(q[visible], inputs[visible], n_ordinary)
+        out["fate"].append(fate[chosen])
+        out["right"].append((predicted == input_ids)[chosen])
+        out["echo"].append((predicted == inputs)[chosen])
+        out["margin"].append(margin[chosen])
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
+def echo_curve(readings: dict[str, torch.Tensor], fate: str, edges) -> dict[str, list]:
+    """The echo rate of the model and of the Bayes rule per bin of ``margin`` (Lesson 5, §4).
+
+    ``edges`` are the bin edges of :func:`echo_margin` (log10 units); returns ``{"centre",
+    "model", "bayes", "n"}``, one entry per bin that holds any position of ``fate``
+    (``"random"`` or ``"original"``).
+    """
+    if fate not in FATES[1:]:
+        raise ValueError(f"fate must be 'random' or 'original' (a visible token), got {fate!r}.")
+    keep = readings["fate"] == FATES.index(fate)
+    margin, echo = readings["margin"][keep], readings["echo"][keep]
+    curve: dict[str, list] = {"centre": [], "model": [], "bayes": [], "n": []}
+    for low, high in zip(edges[:-1], edges[1:]):
+        inside = (margin >= low) & (margin < high)
+        if inside.any():
+            curve["centre"].append((low + high) / 2)
+            curve["model"].append(echo[inside].float().mean().item())
+            curve["bayes"].append((margin[inside] > 0).float().mean().item())
+            curve["n"].append(int(inside.sum()))
+    return curve
+
+
 # --- Two hidden words at once --------------------------------------------------------------------
 
 
 def word_pairs(vocab: CompactVocab, sentences: list[str],
                max_length: int = MAX_LENGTH) -> BlankSet:
-    """Every pair of adjacent whole words in ``sentences``, as two-token blanks (Lesson 5, §4).
+    """Every pair of adjacent whole words in ``sentences``, as two-token blanks (Lesson 5, §6).
 
     A whole word is alphabetic, has its own id (not ``[UNK]``) and is not a ``##`` piece nor
     followed by one. A sentence gives one row per pair, so it may appear several
@@ -302,7 +426,7 @@ def word_pairs(vocab: CompactVocab, sentences: list[str],
 def fill_two(model: TinyLM, pairs: BlankSet, mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Fill two adjacent [MASK]s in two ways; return (independent, one_at_a_time), each (m, 2).
 
-    (Lesson 5, §4.) ``independent``: both blanks from one pass, each the argmax of its own
+    (Lesson 5, §6.) ``independent``: both blanks from one pass, each the argmax of its own
     softmax, which is what a single MLM prediction offers: every masked position is predicted
     from the visible tokens alone, as if the other masked words did not depend on it.
     ``one_at_a_time``: the more confident of the two blanks is filled first with its argmax, and
@@ -335,7 +459,7 @@ def fill_two(model: TinyLM, pairs: BlankSet, mask_id: int) -> tuple[torch.Tensor
 
 def loss_positions(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_ids,
                    objective: str, p: float = 0.15) -> torch.Tensor:
-    """(b,) float: the expected number of positions that carry a loss in each sequence (§5).
+    """(b,) float: the expected number of positions that carry a loss in each sequence (§7).
 
     - ``"mlm"``: ``p`` times the number of real, non-special tokens (the ones
       :func:`~encoderlab.objectives.mlm_corrupt` may choose);

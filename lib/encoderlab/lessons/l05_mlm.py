@@ -9,7 +9,10 @@ This module holds what Lesson 5 builds on top of it:
   sentences cut early by :func:`cut_at_random`);
 - :func:`held_out_loss`, :func:`train_selected`: training that evaluates the held-out
   validation loss every few steps and keeps the best checkpoint;
-- :data:`RECIPES` (``l5-mlm``) for ``python -m encoderlab train l5-mlm``, and
+- :func:`train_causal_selected`: the same network under the causal mask, trained next-token on
+  the same corpus, for §5's comparison;
+- :data:`RECIPES` (``l5-mlm``, ``l5-causal``, ``l5-causal-drop``) for
+  ``python -m encoderlab train NAME``, and
   :func:`load_tiny_lm` to read it back (:func:`check_artefact_data` refuses other data);
 - what the trained encoder predicts for hidden words is in :mod:`encoderlab.lessons.l05_blanks`.
 
@@ -27,7 +30,6 @@ from functools import lru_cache
 
 import torch
 
-from encoderlab.course.train import load_artefact, train
 from encoderlab.data import (
     CompactVocab,
     Corpus,
@@ -37,9 +39,10 @@ from encoderlab.data import (
 )
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM
-from encoderlab.objectives import mlm_corrupt, mlm_model_loss
+from encoderlab.objectives import mlm_corrupt, mlm_model_loss, next_token_loss
 from encoderlab.pretrained import find_weights
 from encoderlab.tokenizer import WordPieceTokenizer
+from encoderlab.training import load_artefact, train
 from encoderlab.validate import check_int, check_positive_int
 
 __all__ = [
@@ -54,9 +57,12 @@ __all__ = [
     "tiny_config",
     "train_tiny_lm",
     "held_out_halves",
+    "count_corruptions",
     "held_out_loss",
     "Selection",
     "train_selected",
+    "held_out_next_token_loss",
+    "train_causal_selected",
     "load_tiny_lm",
     "check_artefact_data",
     "cut_at_random",
@@ -75,9 +81,10 @@ TINY_SIZES = {"d_model": 128, "n_heads": 4, "n_layers": 2, "d_ff": 512, "dropout
 TRAINING = {"steps": 1500, "batch_size": 32, "lr": 1e-3, "weight_decay": 0.01, "seed": 0,
             "eval_every": 100}
 
-# How long the committed artefact trains (its checkpoint is still chosen by validation loss):
-# graded on about 15 % of the positions per step, the encoder still improves after 1,500 steps.
-RECIPE_STEPS = {"mlm": 4000}
+# How long the committed artefacts train (their checkpoints are still chosen by validation loss):
+# graded on about 15 % of the positions per step, the encoder still improves after 1,500 steps;
+# the decoder is graded at every position, so it sees seven times as many labels per step.
+RECIPE_STEPS = {"mlm": 4000, "causal": 1200}
 
 
 # --- The corpus ---------------------------------------------------------------------------------
@@ -116,6 +123,41 @@ class CorpusData:
                 f"{len(self.corpus.held_out):,} held out = {len(self.valid)} validation + "
                 f"{len(self.test)} test, vocabulary {self.vocab.size:,}, "
                 f"fingerprint {self.corpus.fingerprint})")
+
+
+def count_corruptions(input_ids: torch.Tensor, attention_mask: torch.Tensor, vocab: CompactVocab,
+                      draws: int = 20) -> dict:
+    """What :func:`~encoderlab.objectives.mlm_corrupt` does over ``draws`` draws (Lesson 5, §2).
+
+    Draw s uses seed s. Returns ``eligible`` (real, non-special positions per draw),
+    ``special`` (real positions that are special tokens), ``rates`` (the share of eligible
+    positions chosen, one per draw), ``fates`` ([MASK], random, unchanged counts over all draws),
+    ``special_hits`` (special or padding positions chosen) and ``random_specials`` (random
+    replacements that are special tokens); the last two should be 0.
+    """
+    check_positive_int(draws, "draws")
+    special_ids = torch.tensor(sorted(set(vocab.special_ids)))
+    special = torch.isin(input_ids, special_ids)  # (N, n): [CLS] [SEP] [UNK] [PAD] ...
+    eligible = (attention_mask == 1) & ~special  # (N, n): the positions that may be chosen
+    n_eligible = int(eligible.sum())
+    if n_eligible == 0:
+        raise ValueError("no real, non-special position to choose: pass sentences with words.")
+    rates, fates, special_hits, random_specials = [], [0, 0, 0], 0, 0
+    for seed in range(draws):
+        g = torch.Generator().manual_seed(seed)
+        inputs, labels = mlm_corrupt(input_ids, attention_mask, vocab.special_ids, vocab.size,
+                                     generator=g, mask_id=vocab.mask_id)
+        chosen = labels != -100  # (N, n)
+        rates.append(int(chosen.sum()) / n_eligible)
+        special_hits += int((chosen & ~eligible).sum())
+        to_mask, kept = chosen & (inputs == vocab.mask_id), chosen & (inputs == input_ids)
+        to_random = chosen & ~to_mask & ~kept
+        for k, where in enumerate((to_mask, to_random, kept)):
+            fates[k] += int(where.sum())
+        random_specials += int(torch.isin(inputs[to_random], special_ids).sum())
+    return {"eligible": n_eligible, "special": int((special & (attention_mask == 1)).sum()),
+            "rates": rates, "fates": fates, "special_hits": special_hits,
+            "random_specials": random_specials}
 
 
 def held_out_halves(sentences: list[str]) -> tuple[list[str], list[str]]:
@@ -243,10 +285,14 @@ def cut_at_random(input_ids: torch.Tensor, attention_mask: torch.Tensor, sep_id:
 CUT_SHARE = 0.5  # the share of training sentences cut early (§3): see cut_at_random
 
 
-def _train(data, steps, seed, progress, description, after, every, sizes):
-    """train_tiny_lm's loop; ``after(model, step)`` runs after every ``every`` steps."""
+def _train(data, steps, seed, progress, description, after, every, sizes, causal=False):
+    """train_tiny_lm's loop; ``after(model, step)`` runs after every ``every`` steps.
+
+    ``causal=True`` trains the same network under the causal mask with next-token prediction
+    on whole sentences (the decoder of §5); otherwise MLM on partly cut sentences.
+    """
     torch.manual_seed(seed)  # the initial weights
-    model = TinyLM(tiny_config(data.vocab.size, **sizes), causal=False)
+    model = TinyLM(tiny_config(data.vocab.size, **sizes), causal=causal)
     batches = shuffled_batches(data.train_ids, data.train_mask,
                                batch_size=TRAINING["batch_size"], seed=seed)
     if after is not None:
@@ -259,16 +305,20 @@ def _train(data, steps, seed, progress, description, after, every, sizes):
         ids, mask = trim_padding(ids, mask)  # (b, n') each
         return _fresh_mlm_loss(m, ids, mask, data.vocab, corruption)
 
-    history = train(model, batches, loss_fn, steps=steps, lr=TRAINING["lr"],
-                    weight_decay=TRAINING["weight_decay"], seed=seed, progress=progress,
-                    description=description or "mlm")
+    def causal_loss_fn(m, batch):
+        ids, mask = trim_padding(*batch)  # (b, n') each: whole sentences
+        return next_token_loss(m(ids, mask), ids, mask)
+
+    history = train(model, batches, causal_loss_fn if causal else loss_fn, steps=steps,
+                    lr=TRAINING["lr"], weight_decay=TRAINING["weight_decay"], seed=seed,
+                    progress=progress, description=description or ("causal" if causal else "mlm"))
     return model, history
 
 
 def _calling_after(batches, model, after, every):
     """The batches, calling ``after(model, step)`` once ``step`` batches have been trained on.
 
-    :func:`~encoderlab.course.train.train` asks for batch s + 1 only after its optimiser step on
+    :func:`~encoderlab.training.train` asks for batch s + 1 only after its optimiser step on
     batch
     s, so the model seen here has taken exactly ``step`` steps.
     """
@@ -295,6 +345,20 @@ def held_out_loss(model: TinyLM, input_ids: torch.Tensor, attention_mask: torch.
     loss = sum(_fresh_mlm_loss(model, input_ids, attention_mask, vocab,
                                torch.Generator().manual_seed(seed + s)).item()
                for s in range(draws)) / draws
+    model.train(was_training)
+    return loss
+
+
+@torch.no_grad()
+def held_out_next_token_loss(model: TinyLM, input_ids: torch.Tensor,
+                             attention_mask: torch.Tensor) -> float:
+    """The next-token loss of a causal ``model`` on held-out sentences, in nats (Lesson 5, §5)."""
+    if not model.causal:
+        raise ValueError("held_out_next_token_loss measures a causal model; pass "
+                         "TinyLM(config, causal=True) (for the encoder use held_out_loss).")
+    was_training = model.training
+    model.eval()
+    loss = next_token_loss(model(input_ids, attention_mask), input_ids, attention_mask).item()
     model.train(was_training)
     return loss
 
@@ -340,12 +404,48 @@ def train_selected(
 
     model, history = _train(data, steps, seed, progress, description, measure, eval_every,
                             sizes)
+    return _select(model, history, curve, best, measure, steps)
+
+
+def _select(model, history, curve, best, measure, steps):
+    """The best checkpoint of a run, its loss history and its :class:`Selection`."""
     if not curve or curve[-1][0] != steps:
         measure(model, steps)  # the final weights are a candidate too
     model.load_state_dict(best["state"])
     model.eval()
     selection = Selection([s for s, _ in curve], [v for _, v in curve], best["step"])
     return model, history, selection
+
+
+def train_causal_selected(
+    data: CorpusData,
+    steps: int = TRAINING["steps"],
+    eval_every: int = TRAINING["eval_every"],
+    seed: int = TRAINING["seed"],
+    progress: bool = True,
+    **sizes,
+) -> tuple[TinyLM, list[float], Selection]:
+    """The same network under the causal mask, trained next-token on the same corpus (§5).
+
+    The encoder's recipe with one mask and one loss changed: ``TinyLM(config, causal=True)``,
+    :data:`TRAINING` (batch 32, AdamW, lr 1e-3, seed), no dropout unless ``dropout=`` is passed
+    (``l5-causal-drop``), whole sentences, and the
+    checkpoint with the lowest next-token loss on ``data.valid_ids``, measured every
+    ``eval_every`` steps. Returns (model, loss per step, :class:`Selection`).
+    """
+    check_positive_int(eval_every, "eval_every")
+    curve: list[tuple[int, float]] = []
+    best: dict = {}
+
+    def measure(model, step):
+        loss = held_out_next_token_loss(model, data.valid_ids, data.valid_mask)
+        curve.append((step, loss))
+        if not best or loss < best["loss"]:
+            best.update(loss=loss, step=step, state=copy.deepcopy(model.state_dict()))
+
+    model, history = _train(data, steps, seed, progress, None, measure, eval_every, sizes,
+                            causal=True)
+    return _select(model, history, curve, best, measure, steps)
 
 
 # --- Trained artefacts --------------------------------------------------------------------------
@@ -380,13 +480,63 @@ def recipe_mlm(steps: int | None = None, progress: bool = True):
     return tensors, metadata
 
 
-RECIPES = {"l5-mlm": recipe_mlm}
+def recipe_causal(steps: int | None = None, progress: bool = True):
+    """Lesson 5, §5: the same tiny network under the causal mask, trained next-token on the
+    same corpus, checkpoint chosen as the encoder's: :data:`RECIPE_STEPS` ``["causal"]`` steps."""
+    data = corpus_data()
+    steps = steps or RECIPE_STEPS["causal"]
+    eval_every = min(TRAINING["eval_every"], steps)
+    model, history, selection = train_causal_selected(data, steps=steps, eval_every=eval_every,
+                                                      progress=progress)
+    return _artefact(model, history, selection, data, "next-token",
+                     {**TRAINING, "steps": steps, "eval_every": eval_every})
+
+
+def _artefact(model, history, selection, data, objective, training):
+    """(tensors, metadata) of a trained Lesson 5 model, as :func:`load_tiny_lm` reads them."""
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors["history"] = torch.tensor(history, dtype=torch.float32)  # (steps,)
+    metadata = {
+        "objective": objective,
+        "causal": str(model.causal),
+        "steps": str(training["steps"]),
+        "training": json.dumps(training),
+        "selected_step": str(selection.best_step),
+        "validation_curve": json.dumps({"steps": selection.steps,
+                                        "losses": [round(v, 6) for v in selection.losses]}),
+        "config": json.dumps(asdict(model.config)),
+        "corpus_fingerprint": data.corpus.fingerprint,
+        "held_out_fingerprint": data.held_out_fingerprint,
+        "corpus": repr(data.corpus),
+        "vocab": "\n".join(data.vocab.tokens),
+    }
+    return tensors, metadata
+
+
+def recipe_causal_dropout(steps: int | None = None, progress: bool = True,
+                          seed: int = TRAINING["seed"]):
+    """Lesson 5, §5: the decoder of ``l5-causal`` with dropout 0.1 (seed 0), chosen the same way."""
+    data = corpus_data()
+    steps = steps or RECIPE_STEPS["causal"]
+    eval_every = min(TRAINING["eval_every"], steps)
+    model, history, selection = train_causal_selected(data, steps=steps, eval_every=eval_every,
+                                                      seed=seed, progress=progress,
+                                                      dropout=CAUSAL_DROPOUT)
+    return _artefact(model, history, selection, data, "next-token",
+                     {**TRAINING, "steps": steps, "eval_every": eval_every, "seed": seed,
+                      "dropout": CAUSAL_DROPOUT})
+
+
+CAUSAL_DROPOUT = 0.1  # the regularised decoder of §5 (BERT's and GPT-2's rate)
+
+RECIPES = {"l5-mlm": recipe_mlm, "l5-causal": recipe_causal,
+           "l5-causal-drop": recipe_causal_dropout}
 
 
 def load_tiny_lm(name: str, artefact=None) -> tuple[TinyLM, list[float], dict[str, str]]:
-    """(model, loss history, metadata) of the trained artefact ``l5-mlm`` (Lesson 5, §3).
+    """(model, loss history, metadata) of the trained artefact ``l5-mlm`` or ``l5-causal`` (§3, §5).
 
-    ``artefact`` = (tensors, metadata), as :func:`~encoderlab.course.train.load_artefact` returns,
+    ``artefact`` = (tensors, metadata), as :func:`~encoderlab.training.load_artefact` returns,
     reads from memory instead of the committed file. ``metadata["vocab"]`` lists the vocabulary
     the model was trained with (one token per line); rebuild it with :func:`vocab_from_tokens`.
     """

@@ -1,4 +1,4 @@
-"""The equal-compute comparison of Lesson 6, §6: MLM against ELECTRA, probed on the way.
+"""The equal-compute comparison of Lesson 6, §4: MLM against ELECTRA, probed on the way.
 
 Both runs start from one untrained encoder and spend the same training FLOPs (ELECTRA's
 generator included). Their frozen encoders are compared by a linear probe on a small task
@@ -20,14 +20,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from encoderlab import data
-from encoderlab.course.stats import sign_test
-from encoderlab.course.train import load_artefact, train, warmup_factor
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM, TokenDiscriminator, pool
-from encoderlab.lessons.l06_pretraining import Electra, _check_sentences, forward_flops, roc_auc
+from encoderlab.lessons.l06_pretraining import Electra, check_sentences, forward_flops, roc_auc
 from encoderlab.objectives import IGNORE_INDEX, mlm_corrupt, mlm_model_loss
 from encoderlab.pretrained import find_weights
+from encoderlab.stats import sign_test
 from encoderlab.tokenizer import WordPieceTokenizer
+from encoderlab.training import load_artefact, train, warmup_factor
 from encoderlab.validate import check_int, check_positive_int
 
 __all__ = [
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 
-# --- §6 A downstream probe -----------------------------------------------------------------------
+# --- §4 A downstream probe -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class ProbeTask:
 
 def reference_sentences() -> set[str]:
     """The corpus sentences that come from the language reference (``pydoc_data.topics``),
-    as opposed to a module's docstrings (Lesson 6, §6). Read from the frozen corpus's record
+    as opposed to a module's docstrings (Lesson 6, §4). Read from the frozen corpus's record
     of sources, so the set is the same on every Python version."""
     return {sentence for sentence, source in zip(data.python_docs_sentences(),
                                                  data.python_docs_sources())
@@ -96,7 +96,7 @@ def _balanced(texts: list[str], reference: set[str], g: torch.Generator):
 def source_task(corpus: data.Corpus, seed: int = 0) -> ProbeTask:
     """Which source does a sentence come from: the language reference or a module's docstring?
 
-    (Lesson 6, §6.) Built offline from the corpus: training sentences from ``corpus.train``,
+    (Lesson 6, §4.) Built offline from the corpus: training sentences from ``corpus.train``,
     test sentences from ``corpus.held_out`` (never seen in pretraining). Each side is balanced
     by keeping a random subset of the larger class, so chance is 50 %.
     """
@@ -113,7 +113,7 @@ def source_task(corpus: data.Corpus, seed: int = 0) -> ProbeTask:
 def encoder_features(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                      batch_size: int = 256) -> torch.Tensor:
     """(N, d) mean-pooled final hidden states of a frozen model with an ``encode`` method
-    (TinyLM, TokenDiscriminator) for encoded texts ``input_ids`` (N, n) (Lesson 6, §6)."""
+    (TinyLM, TokenDiscriminator) for encoded texts ``input_ids`` (N, n) (Lesson 6, §4)."""
     if not hasattr(model, "encode"):
         raise ValueError(f"model must have an encode(input_ids, attention_mask) method "
                          f"(TinyLM, TokenDiscriminator), got {type(model).__name__}.")
@@ -136,7 +136,7 @@ def encoder_features(model: nn.Module, input_ids: torch.Tensor, attention_mask: 
 
 def linear_probe(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
                  test_y: torch.Tensor, l2: float = 1e-3, steps: int = 100) -> float:
-    """Held-out accuracy of a logistic-regression probe on frozen features (Lesson 6, §6).
+    """Held-out accuracy of a logistic-regression probe on frozen features (Lesson 6, §4).
 
     Features are standardised with the training set's mean and standard deviation; the probe
     ``sigmoid(x w + b)`` is fitted by L-BFGS on the training set with an L2 penalty ``l2 |w|^2``.
@@ -178,7 +178,7 @@ def _probe_predictions(train_x, train_y, test_x, l2: float, steps: int) -> torch
 def cross_validated_correct(features: torch.Tensor, labels: torch.Tensor, folds: int = 5,
                             seed: int = 0, l2: float = 1e-3, steps: int = 100) -> torch.Tensor:
     """(N,) bool: for every example, whether :func:`linear_probe`'s logistic regression got it
-    right when fitted on the other folds (k-fold cross-validation, Lesson 6, §6).
+    right when fitted on the other folds (k-fold cross-validation, Lesson 6, §4).
 
     Every example is predicted exactly once, by a probe that never saw it, so two encoders
     scored on the same ``labels`` with the same ``seed`` can be compared example by example
@@ -204,7 +204,7 @@ def cross_validated_correct(features: torch.Tensor, labels: torch.Tensor, folds:
 
 
 def mcnemar(correct_a: torch.Tensor, correct_b: torch.Tensor) -> tuple[int, int, float]:
-    """McNemar's exact test for two classifiers scored on the same examples (Lesson 6, §6).
+    """McNemar's exact test for two classifiers scored on the same examples (Lesson 6, §4).
 
     Returns ``(a_only, b_only, p)``: how many examples only A got right, how many only B got
     right, and the two-sided p-value of "A and B are equally accurate" — under that hypothesis
@@ -221,10 +221,10 @@ def mcnemar(correct_a: torch.Tensor, correct_b: torch.Tensor) -> tuple[int, int,
 
 
 def word_order_task(sentences: Sequence[str], seed: int = 0) -> tuple[list[str], torch.Tensor]:
-    """A probe task on word order (Lesson 6, §6): half of ``sentences`` (chosen at random) have
+    """A probe task on word order (Lesson 6, §4): half of ``sentences`` (chosen at random) have
     their words shuffled, label 1; the other half stay as they are, label 0. Each sentence
     appears once. A bag of words cannot tell the classes apart: both hold the same words."""
-    sentences = _check_sentences(sentences, at_least=2)
+    sentences = check_sentences(sentences, at_least=2)
     g = torch.Generator().manual_seed(seed)
     shuffled = torch.zeros(len(sentences), dtype=torch.long)
     shuffled[torch.randperm(len(sentences), generator=g)[:len(sentences) // 2]] = 1
@@ -246,7 +246,7 @@ def sentence_bootstrap(scores_a: torch.Tensor, scores_b: torch.Tensor, labels: t
                        groups: torch.Tensor, resamples: int = 1000,
                        seed: int = 0) -> dict[str, torch.Tensor]:
     """Paired bootstrap over sentences of two probability scores on the same positions
-    (Lesson 6, §6): draw the sentences with replacement, take all positions of each drawn
+    (Lesson 6, §4): draw the sentences with replacement, take all positions of each drawn
     sentence, and compute on that sample AUC(a) − AUC(b) and BCE(a) − BCE(b) (nats).
 
     ``scores_a``, ``scores_b`` (probabilities), ``labels`` (0/1) and ``groups`` (the sentence
@@ -279,7 +279,7 @@ def sentence_bootstrap(scores_a: torch.Tensor, scores_b: torch.Tensor, labels: t
     return out
 
 
-# --- Recipes: the equal-compute comparison of §6 -------------------------------------------------
+# --- Recipes: the equal-compute comparison of §4 -------------------------------------------------
 
 ENCODER_SIZES = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512, n_max=64, dropout=0.0)
 GENERATOR_SIZES = dict(d_model=64, n_heads=2, n_layers=2, d_ff=256, n_max=64, dropout=0.0)
@@ -318,7 +318,7 @@ def _step_flops(kind: str, configs: dict, ids, am, n_masked: int) -> int:
 
 
 def warmup_then_decay(step: int, steps: int, warmup_steps: int, decay: bool = True) -> float:
-    """The learning-rate multiplier at ``step`` (0-based) of ``steps`` (Lesson 6, §6): linear
+    """The learning-rate multiplier at ``step`` (0-based) of ``steps`` (Lesson 6, §4): linear
     warm-up from 1/warmup_steps to 1 over the first ``warmup_steps`` steps, then linear decay
     towards 0 at the last step, the schedule of BERT and ELECTRA; or, with ``decay=False``,
     constant after the warm-up."""
@@ -332,8 +332,8 @@ def warmup_then_decay(step: int, steps: int, warmup_steps: int, decay: bool = Tr
 def train_with_warmup(model: nn.Module, batches, loss_fn, steps: int, lr: float,
                       warmup_steps: int, decay: bool = True, seed: int = 0,
                       progress: bool = True, description: str | None = None) -> list[float]:
-    """:func:`encoderlab.course.train.train` with :func:`warmup_then_decay` as its learning-rate
-    schedule (Lesson 6, §6): returns the loss of every step and leaves the model in eval mode."""
+    """:func:`encoderlab.training.train` with :func:`warmup_then_decay` as its learning-rate
+    schedule (Lesson 6, §4): returns the loss of every step and leaves the model in eval mode."""
     warmup_then_decay(0, steps, warmup_steps)  # checks steps and warmup_steps
     return train(model, batches, loss_fn, steps=steps, lr=lr, seed=seed, progress=progress,
                  description=description,
@@ -384,7 +384,7 @@ def rtd_steps_for_equal_compute(vocab, ids, am, configs, mlm_steps: int) -> int:
 
 
 def untrained_encoder(vocab: data.CompactVocab) -> TinyLM:
-    """The untrained encoder both runs of Lesson 6, §6 start from: the step-0 model of
+    """The untrained encoder both runs of Lesson 6, §4 start from: the step-0 model of
     ``l6-mlm``, whose encoder stack the ELECTRA discriminator copies."""
     torch.manual_seed(SEED)
     return TinyLM(EncoderConfig(vocab_size=vocab.size, **ENCODER_SIZES), causal=False)
@@ -393,7 +393,7 @@ def untrained_encoder(vocab: data.CompactVocab) -> TinyLM:
 def probe_accuracy(model: nn.Module, vocab: data.CompactVocab, task: ProbeTask,
                    _cache: dict = {}) -> float:  # noqa: B006 - the cache is meant to persist
     """Held-out accuracy of a linear probe on ``model``'s frozen, mean-pooled features for the
-    source task (Lesson 6, §6); the encoded texts are cached per task."""
+    source task (Lesson 6, §4); the encoded texts are cached per task."""
     key = (id(task), id(vocab))
     if key not in _cache:
         _cache.clear()
@@ -406,7 +406,7 @@ def probe_accuracy(model: nn.Module, vocab: data.CompactVocab, task: ProbeTask,
 
 
 def probe_steps(steps: int) -> list[int]:
-    """The steps before which a run of ``steps`` steps probes its encoder (Lesson 6, §6):
+    """The steps before which a run of ``steps`` steps probes its encoder (Lesson 6, §4):
     :data:`PROBE_POINTS` evenly spaced points from 0 to ``steps``. A run shorter than
     :data:`FIRST_PROBE` (a quick try, a test) probes nothing: its encoder has barely moved, and
     each probe costs more than the steps themselves."""
@@ -525,12 +525,12 @@ def _unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def train_mlm(steps: int | None = None, progress: bool = True):
-    """Lesson 6, §6: an MLM encoder (d=128, L=2) on the corpus; probed at five points."""
+    """Lesson 6, §4: an MLM encoder (d=128, L=2) on the corpus; probed at five points."""
     return _run("mlm", steps, progress)
 
 
 def train_rtd(steps: int | None = None, progress: bool = True):
-    """Lesson 6, §6: ELECTRA (generator d=64 + discriminator d=128) at the MLM run's FLOPs."""
+    """Lesson 6, §4: ELECTRA (generator d=64 + discriminator d=128) at the MLM run's FLOPs."""
     return _run("rtd", steps, progress)
 
 

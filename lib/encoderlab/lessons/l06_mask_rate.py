@@ -1,4 +1,4 @@
-"""A masking-rate sweep at the scale of Lesson 6 (§7): 15, 30 and 40 % of the tokens, three seeds.
+"""A masking-rate sweep at the scale of Lesson 6 (§5): 15, 30 and 40 % of the tokens, three seeds.
 
 Wettig et al. (2023) found that masking 40 % of the tokens beat BERT's 15 % for their large
 model. This module repeats the question on the course corpus with a much smaller encoder and a
@@ -20,12 +20,12 @@ import time
 import torch
 
 from encoderlab import data
-from encoderlab.course.train import load_artefact
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM
 from encoderlab.lessons.l06_comparison import corpus_and_vocab, train_with_warmup
 from encoderlab.lessons.l06_pretraining import forward_flops
 from encoderlab.objectives import IGNORE_INDEX, mlm_corrupt, mlm_model_loss
+from encoderlab.training import load_artefact
 from encoderlab.validate import check_positive_int
 
 __all__ = ["RATES", "SEEDS", "SWEEP_SIZES", "SWEEP_STEPS", "EVAL_EVERY", "EVAL_RATE",
@@ -48,7 +48,7 @@ WARMUP_STEPS = 60
 def held_out_metrics(model: TinyLM, inputs: torch.Tensor, attention_mask: torch.Tensor,
                      labels: torch.Tensor) -> tuple[float, float]:
     """(loss in nats, top-1 accuracy) of ``model`` at the labelled positions of one fixed
-    corruption ``(inputs, labels)`` of held-out sentences (Lesson 6, §7)."""
+    corruption ``(inputs, labels)`` of held-out sentences (Lesson 6, §5)."""
     was_training = model.training
     model.eval()
     loss, logits = mlm_model_loss(model, inputs, attention_mask, labels)
@@ -59,7 +59,7 @@ def held_out_metrics(model: TinyLM, inputs: torch.Tensor, attention_mask: torch.
 
 def held_out_evaluation(corpus, vocab) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(inputs, attention_mask, labels): the one fixed 15 % corruption of the held-out sentences
-    on which every run of the sweep is scored (Lesson 6, §7)."""
+    on which every run of the sweep is scored (Lesson 6, §5)."""
     held_ids, held_am = vocab.encode(corpus.held_out, max_length=SWEEP_SIZES["n_max"])
     inputs, labels = mlm_corrupt(held_ids, held_am, vocab.special_ids, vocab.size, EVAL_RATE,
                                  generator=torch.Generator().manual_seed(EVAL_SEED),
@@ -69,7 +69,7 @@ def held_out_evaluation(corpus, vocab) -> tuple[torch.Tensor, torch.Tensor, torc
 
 def training_flops(vocab, input_ids: torch.Tensor, attention_mask: torch.Tensor, rates=RATES,
                    steps: int = SWEEP_STEPS, seed: int = 0) -> dict[float, float]:
-    """Training FLOPs of one run of the sweep at each masking rate (Lesson 6, §7), by the formula
+    """Training FLOPs of one run of the sweep at each masking rate (Lesson 6, §5), by the formula
     of :func:`encoderlab.lessons.l06_pretraining.forward_flops`: the batches of seed ``seed``,
     each cut to its longest row, the output layer at ``rate`` of the ordinary positions (the
     expected count), and a training step costing three forward passes."""
@@ -119,7 +119,7 @@ def _one_run(rate: float, seed: int, steps: int, vocab, ids, am, evaluation) -> 
 
 
 def train_mask_rate_sweep(steps: int | None = None, progress: bool = True):
-    """Lesson 6, §7: MLM at 15 / 30 / 40 % masking, 3 seeds each (d=64, L=2, 600 steps)."""
+    """Lesson 6, §5: MLM at 15 / 30 / 40 % masking, 3 seeds each (d=64, L=2, 600 steps)."""
     steps = SWEEP_STEPS if steps is None else steps
     check_positive_int(steps, "steps")
     threads = torch.get_num_threads()
@@ -182,7 +182,7 @@ def load_sweep(name: str = "l6-mask-rate"):
 
 
 def seed_spread(values) -> tuple[float, float]:
-    """(mean, sample standard deviation) of a few per-seed values (Lesson 6, §7)."""
+    """(mean, sample standard deviation) of a few per-seed values (Lesson 6, §5)."""
     values = [float(v) for v in values]
     if len(values) < 2:
         raise ValueError(f"need at least 2 seeds to measure a spread, got {len(values)}.")
@@ -192,6 +192,6 @@ def seed_spread(values) -> tuple[float, float]:
 
 def paired_t(differences) -> tuple[float, float, float]:
     """(mean, sample sd, t = mean / (sd / sqrt(k))) of k paired per-seed differences (Lesson 6,
-    §7). With k = 3 seeds, |t| must pass 4.30 (two-sided, 5 %) to call a difference established."""
+    §5). With k = 3 seeds, |t| must pass 4.30 (two-sided, 5 %) to call a difference established."""
     mean, sd = seed_spread(differences)
     return mean, sd, (mean / (sd / math.sqrt(len(differences))) if sd > 0 else math.inf)

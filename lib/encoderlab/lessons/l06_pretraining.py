@@ -10,23 +10,20 @@ Lesson 6 builds and measures with them:
   dropped, and ALBERT's sentence-order prediction (:func:`sop_pairs`);
 - **when the mask is drawn** (§2): once per sentence (static) or at every epoch (dynamic,
   RoBERTa) — :func:`epoch_masks`;
-- **what is masked** (§3): whole words and spans instead of independent pieces, and what a
-  model predicts for a ``##`` piece with and without the rest of its word
-  (:func:`continuation_accuracy`);
+- **what is masked** (§3): whole words and spans instead of independent pieces (the masking
+  itself is in :mod:`encoderlab.objectives`);
 - **what is predicted** (§4): ELECTRA's generator and discriminator trained together
-  (:class:`Electra`), and how to tell whether the discriminator learned more than a constant
-  guess or a context-free look-up of the token (:func:`constant_guess_bce`, :func:`roc_auc`,
-  :func:`token_replaced_rate`);
-- **learning signal and compute** (§5): the positions that carry loss
-  (:func:`signal_fraction`) and training FLOPs by formula (:func:`forward_flops`).
+  (:class:`Electra`), and how to tell whether the discriminator learned more than a
+  context-free look-up of the token (:func:`roc_auc`, :func:`token_replaced_rate`), and
+  training FLOPs by formula (:func:`forward_flops`).
 
-The equal-compute comparison of §6 (a frozen-encoder probe and the two pretraining runs) is in
-:mod:`encoderlab.lessons.l06_comparison`.
+The equal-compute comparison of §4 (a frozen-encoder probe and the two pretraining runs) is in
+:mod:`encoderlab.lessons.l06_comparison`; the every-position against 15 % setting of §5 in
+:mod:`encoderlab.lessons.l06_signal`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,11 +40,11 @@ from encoderlab.objectives import (
     replace_with_samples,
     rtd_labels,
     rtd_loss,
-    word_ids,
 )
-from encoderlab.validate import check_fraction, check_int, check_positive_int
+from encoderlab.validate import check_int, check_positive_int
 
 __all__ = [
+    "check_sentences",
     "SentencePair",
     "nsp_pairs",
     "sop_pairs",
@@ -56,19 +53,12 @@ __all__ = [
     "overlap_shortcut_accuracy",
     "epoch_masks",
     "distinct_masks",
-    "continuation_accuracy",
-    "continuation_guess_accuracy",
-    "unigram_table",
-    "unigram_scores",
     "ProjectedEmbeddings",
     "Electra",
-    "constant_guess_bce",
     "roc_auc",
     "token_replaced_rate",
-    "disc_weight_effect",
     "corruption_kinds",
     "rtd_kinds",
-    "signal_fraction",
     "forward_flops",
 ]
 
@@ -89,7 +79,8 @@ class SentencePair:
     label: int
 
 
-def _check_sentences(sentences, at_least: int) -> list[str]:
+def check_sentences(sentences, at_least: int) -> list[str]:
+    """``sentences`` as a list of at least ``at_least`` strings; ValueError otherwise (Lesson 6)."""
     if isinstance(sentences, str) or not isinstance(sentences, Sequence):
         raise ValueError(
             f"sentences must be a list of strings in corpus order, got {type(sentences).__name__}."
@@ -114,7 +105,7 @@ def nsp_pairs(sentences: Sequence[str], seed: int = 0) -> list[SentencePair]:
     mostly comes from the same paragraph, while a random one mostly comes from another topic.
     One pair per sentence except the last: ``len(sentences) - 1`` pairs.
     """
-    sentences = _check_sentences(sentences, 3)
+    sentences = check_sentences(sentences, 3)
     g = torch.Generator().manual_seed(seed)
     pairs = []
     for i in range(len(sentences) - 1):
@@ -134,7 +125,7 @@ def sop_pairs(sentences: Sequence[str], seed: int = 0) -> list[SentencePair]:
     swapped (label 0). Both classes contain the same sentences, so the topic tells nothing;
     only the order does. ``len(sentences) - 1`` pairs.
     """
-    sentences = _check_sentences(sentences, 2)
+    sentences = check_sentences(sentences, 2)
     g = torch.Generator().manual_seed(seed)
     pairs = []
     for a, b in zip(sentences[:-1], sentences[1:]):
@@ -267,90 +258,6 @@ def distinct_masks(draws: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.
 # --- §3 Whole-word and span masking --------------------------------------------------------------
 
 
-@torch.no_grad()
-def continuation_accuracy(
-    model: TinyLM,
-    input_ids: torch.Tensor,  # (b, n)
-    attention_mask: torch.Tensor,  # (b, n)
-    tokens: Sequence[str],
-    special_ids,
-    mask_id: int,
-) -> dict[str, float]:
-    """How well an MLM model predicts a ``##`` piece with and without the rest of its word in
-    view (Lesson 6, §3).
-
-    For every continuation piece of every sequence, two inputs are made: only that piece
-    replaced by [MASK] ("piece alone"), or every piece of its word replaced ("whole word").
-    Returns the top-1 accuracy at that piece in each case, and the number of pieces tested.
-    """
-    words = word_ids(input_ids, attention_mask, tokens, special_ids)  # (b, n)
-    continuation = torch.tensor([t.startswith("##") for t in tokens])
-    rows, cols = ((words >= 0) & continuation[input_ids]).nonzero(as_tuple=True)  # (k,), (k,)
-    if len(rows) == 0:
-        raise ValueError("no continuation ('##') piece in input_ids: nothing to test.")
-    ids, am = input_ids[rows], attention_mask[rows]  # (k, n): one copy per tested piece
-    target = ids[torch.arange(len(rows)), cols]  # (k,)
-    alone = ids.clone()
-    alone[torch.arange(len(rows)), cols] = mask_id
-    same_word = words[rows] == words[rows, cols][:, None]  # (k, n)
-    whole = ids.masked_fill(same_word, mask_id)
-    result = {"pieces": float(len(rows))}
-    for name, inputs in (("piece alone", alone), ("whole word", whole)):
-        logits = model(inputs, am)[torch.arange(len(rows)), cols]  # (k, V)
-        result[name] = (logits.argmax(dim=-1) == target).float().mean().item()
-    return result
-
-
-def continuation_guess_accuracy(
-    train_ids: torch.Tensor,  # (B, n)
-    train_mask: torch.Tensor,  # (B, n)
-    input_ids: torch.Tensor,  # (b, n)
-    attention_mask: torch.Tensor,  # (b, n)
-    tokens: Sequence[str],
-    special_ids,
-) -> tuple[int, float]:
-    """The context-free baseline of :func:`continuation_accuracy` (Lesson 6, §3): always guess
-    the ``##`` piece that is most frequent in the training rows. Returns (its id, its top-1
-    accuracy on the ``##`` pieces that :func:`continuation_accuracy` tests in ``input_ids``)."""
-    continuation = torch.tensor([t.startswith("##") for t in tokens])
-
-    def pieces(ids, am):
-        words = word_ids(ids, am, tokens, special_ids)
-        return ids[(words >= 0) & continuation[ids]]
-
-    counted, tested = pieces(train_ids, train_mask), pieces(input_ids, attention_mask)
-    if len(counted) == 0 or len(tested) == 0:
-        raise ValueError("no continuation ('##') piece to count or to test.")
-    guess = int(torch.bincount(counted, minlength=len(tokens)).argmax())
-    return guess, (tested == guess).float().mean().item()
-
-
-def unigram_table(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_ids,
-                  vocab_size: int, smoothing: float = 0.5) -> torch.Tensor:
-    """(V,) the word-frequency model (Lesson 6, §6-7): the share of each token among the
-    ordinary real positions of ``input_ids``, with ``smoothing`` added to every ordinary
-    token's count (so that a token never seen scores a finite loss); special tokens get 0.
-
-    Predicting this one distribution at every masked position, whatever the context, is the
-    best a model can do that has learned word frequencies and nothing else.
-    """
-    special = torch.tensor(list(special_ids))
-    ordinary = (attention_mask != 0) & ~torch.isin(input_ids, special)
-    counts = torch.bincount(input_ids[ordinary], minlength=vocab_size).double() + smoothing
-    counts[special] = 0.0
-    return counts / counts.sum()
-
-
-def unigram_scores(table: torch.Tensor, targets: torch.Tensor) -> tuple[float, float]:
-    """(cross-entropy in nats, top-1 accuracy) of predicting ``table`` (V,) at every one of the
-    token ids ``targets`` (k,): the loss and accuracy of the context-free baseline."""
-    targets = torch.as_tensor(targets).flatten()
-    if len(targets) == 0:
-        raise ValueError("no targets to score.")
-    loss = -table[targets].log().mean().item()
-    return loss, (targets == table.argmax()).double().mean().item()
-
-
 # --- §4 Replaced-token detection (ELECTRA) -------------------------------------------------------
 
 
@@ -437,16 +344,8 @@ class Electra(nn.Module):
         }
 
 
-def constant_guess_bce(rate: float) -> float:
-    """The binary cross-entropy, in nats, of always predicting P(replaced) = ``rate`` on labels
-    whose share of ones is ``rate``: the entropy H(rate), the loss of a discriminator that
-    learned the base rate and nothing else (Lesson 6, §6)."""
-    check_fraction(rate, "rate (a share of replaced positions)", open_low=True, open_high=True)
-    return -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
-
-
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """The area under the ROC curve (Lesson 6, §6): the probability that a random position
+    """The area under the ROC curve (Lesson 6, §4-§5): the probability that a random position
     labelled 1 gets a higher score than a random position labelled 0, ties counting one half.
     0.5 is a score that knows nothing, 1.0 a perfect ranking. ``scores`` and ``labels`` are
     1-d, of one length; computed from ranks (the Mann-Whitney U statistic)."""
@@ -469,7 +368,7 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 def token_replaced_rate(corrupted_ids: torch.Tensor, labels: torch.Tensor, vocab_size: int,
                         prior_weight: float = 1.0) -> torch.Tensor:
     """(V,) P(replaced | the token the discriminator reads), counted on corrupted sequences
-    (Lesson 6, §6): a baseline that looks at one token and no context. Each token's count is
+    (Lesson 6, §4): a baseline that looks at one token and no context. Each token's count is
     smoothed towards the overall rate by ``prior_weight`` pseudo-positions, so a token seen
     rarely (or never) gets about the base rate. ``labels`` are :func:`rtd_labels`."""
     if not (isinstance(corrupted_ids, torch.Tensor) and isinstance(labels, torch.Tensor)
@@ -488,48 +387,6 @@ def token_replaced_rate(corrupted_ids: torch.Tensor, labels: torch.Tensor, vocab
     replaced = torch.zeros(vocab_size, dtype=torch.float64).index_add_(0, ids, y)  # (V,)
     seen = torch.zeros(vocab_size, dtype=torch.float64).index_add_(0, ids, torch.ones_like(y))
     return (replaced + prior_weight * y.mean()) / (seen + prior_weight)
-
-
-def disc_weight_effect(make_model, batches, special_ids, mask_id: int,
-                       weights: tuple[float, float] = (1.0, 50.0), steps: int = 3,
-                       lr: float = 1e-3, seed: int = 0) -> float:
-    """How much λ changes the discriminator's training: the norm of the difference between its
-    total updates after ``steps`` AdamW steps with λ = ``weights[0]`` and with λ = ``weights[1]``
-    (from one initial model, on the same batches and draws), relative to the norm of the
-    second update (Lesson 6, §4).
-
-    ``make_model()`` must return the same fresh :class:`Electra` each time (seed it inside).
-    Without shared parameters the result is small: Adam divides each gradient by its own
-    running scale, so multiplying the discriminator's loss by a constant changes nothing,
-    except for gradients as small as Adam's ε (1e-8), such as those that are zero in exact
-    arithmetic (a key bias) and only rounding error in practice. With shared embeddings λ
-    sets the mix of the two gradients in the shared weights, and everything downstream of
-    them changes.
-    """
-    check_positive_int(steps, "steps")
-    if len(batches) < steps:
-        raise ValueError(f"need at least steps={steps} batches of (input_ids, attention_mask), "
-                         f"got {len(batches)}.")
-    start, finals = None, []
-    for weight in weights:
-        model = make_model()
-        if not isinstance(model, Electra):
-            raise ValueError(f"make_model() must return an Electra, got {type(model).__name__}.")
-        model.train()
-        if start is None:
-            start = torch.cat([p.detach().flatten() for p in model.discriminator.parameters()])
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-        rng = torch.Generator().manual_seed(seed)
-        for ids, am in batches[:steps]:
-            out = model.losses(ids, am, special_ids, mask_id, rng=rng)
-            loss = out["generator_loss"] + weight * out["discriminator_loss"]
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-        finals.append(torch.cat([p.detach().flatten()
-                                 for p in model.discriminator.parameters()]))
-    moved = [final - start for final in finals]  # the discriminator's total update per λ
-    return ((moved[0] - moved[1]).norm() / moved[1].norm()).item()
 
 
 def corruption_kinds(original: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor,
@@ -563,17 +420,9 @@ def rtd_kinds(labels: torch.Tensor) -> list[str]:
 # --- §5 Learning signal and compute --------------------------------------------------------------
 
 
-def signal_fraction(labels: torch.Tensor, attention_mask: torch.Tensor) -> float:
-    """The fraction of real tokens (attention_mask 1) whose label carries loss (Lesson 6, §5)."""
-    if not isinstance(labels, torch.Tensor) or labels.shape != attention_mask.shape:
-        raise ValueError("labels and attention_mask must be tensors of one shape (b, n).")
-    real = attention_mask != 0
-    return ((labels != IGNORE_INDEX) & real).sum().item() / max(1, real.sum().item())
-
-
 def forward_flops(config: EncoderConfig, batch_size: int, n: int, head_positions: int,
                   head_size: int) -> int:
-    """Floating-point operations of one forward pass, by formula (Lesson 6, §6).
+    """Floating-point operations of one forward pass, by formula (Lesson 6, §4).
 
     Each of the L blocks costs 2 (4 d^2 + 2 d d_ff) per token for its projections (W_Q, W_K,
     W_V, W_O) and its MLP, plus 2 * 2 n^2 d per sequence for S = QK^T and AV. A head applied at

@@ -28,14 +28,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import torch
 from torch import nn
 
-from encoderlab.course.stats import sign_test
-from encoderlab.course.train import tqdm, train
 from encoderlab.data import shuffled_batches
 from encoderlab.lessons.l07_tasks import TAGS, QAExample
 from encoderlab.objectives import IGNORE_INDEX
+from encoderlab.stats import sign_test
+from encoderlab.training import tqdm, train
 from encoderlab.validate import check_positive_int
 
 __all__ = [
+    "pad_rows",
+    "logits_in_batches",
+    "finish_curve",
     "freeze",
     "unfreeze",
     "count_trainable",
@@ -310,7 +313,9 @@ def encode_words(tokenizer, words: list[str]) -> tuple[list[int], list[int]]:
     return ids, word_of
 
 
-def _pad_rows(rows: list[list[int]], value: int) -> torch.Tensor:
+def pad_rows(rows: list[list[int]], value: int) -> torch.Tensor:
+    """Rows of different lengths as one (b, n) long tensor, padded on the right with ``value``
+    (Lesson 7: the tasks' token ids, segments, masks and labels)."""
     n = max(len(r) for r in rows)
     out = torch.full((len(rows), n), value, dtype=torch.long)  # (b, n)
     for k, r in enumerate(rows):
@@ -345,12 +350,12 @@ def encode_tagged(tokenizer, sentences: list[list[str]], tags: list[list[str]] |
         ids_rows.append([tokenizer.cls_token_id, *ids, tokenizer.sep_token_id])
         label_rows.append([IGNORE_INDEX, *labels, IGNORE_INDEX])
         first_rows.append([0, *map(int, first), 0])
-    input_ids = _pad_rows(ids_rows, tokenizer.pad_token_id)
+    input_ids = pad_rows(ids_rows, tokenizer.pad_token_id)
     return {
         "input_ids": input_ids,
-        "attention_mask": (_pad_rows([[1] * len(r) for r in ids_rows], 0)),
-        "labels": _pad_rows(label_rows, IGNORE_INDEX),
-        "first_piece": _pad_rows(first_rows, 0).bool(),
+        "attention_mask": (pad_rows([[1] * len(r) for r in ids_rows], 0)),
+        "labels": pad_rows(label_rows, IGNORE_INDEX),
+        "first_piece": pad_rows(first_rows, 0).bool(),
     }
 
 
@@ -386,13 +391,13 @@ def encode_qa(tokenizer, examples: list[QAExample], max_length: int = 64) -> dic
         starts.append(offset + word_of.index(ex.start))
         ends.append(offset + len(word_of) - 1 - word_of[::-1].index(ex.end))
     return {
-        "input_ids": _pad_rows(rows, tokenizer.pad_token_id),
-        "token_type_ids": _pad_rows(segments, 0),
-        "attention_mask": _pad_rows([[1] * len(r) for r in rows], 0),
-        "context_mask": _pad_rows(contexts, 0).bool(),
+        "input_ids": pad_rows(rows, tokenizer.pad_token_id),
+        "token_type_ids": pad_rows(segments, 0),
+        "attention_mask": pad_rows([[1] * len(r) for r in rows], 0),
+        "context_mask": pad_rows(contexts, 0).bool(),
         "starts": torch.tensor(starts),
         "ends": torch.tensor(ends),
-        "word_of": _pad_rows(word_rows, -1),
+        "word_of": pad_rows(word_rows, -1),
     }
 
 
@@ -431,7 +436,9 @@ def with_evaluations(batches: Iterable, model: nn.Module, evaluate: Callable[[],
         yield batch
 
 
-def _logits_in_batches(fn, tensors: dict, keys: Sequence[str], batch_size: int = 64):
+def logits_in_batches(fn, tensors: dict, keys: Sequence[str], batch_size: int = 64):
+    """``fn`` on ``tensors[keys]`` in slices of ``batch_size`` rows, the outputs concatenated
+    (a tuple of outputs concatenated part by part) (Lesson 7: scoring a test set)."""
     n = len(tensors[keys[0]])
     outs = [fn(*(tensors[k][s:s + batch_size] for k in keys)) for s in range(0, n, batch_size)]
     if isinstance(outs[0], tuple):
@@ -439,7 +446,9 @@ def _logits_in_batches(fn, tensors: dict, keys: Sequence[str], batch_size: int =
     return torch.cat(outs)
 
 
-def _finish(curve: list, final: float, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+def finish_curve(curve: list, final: float, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A learning curve [(step, value), ...] closed with the final value at ``steps``, as two
+    tensors (steps, values) for an artefact (Lesson 7)."""
     curve = [*curve, (steps, final)]
     return torch.tensor([s for s, _ in curve]), torch.tensor([v for _, v in curve])
 
@@ -502,7 +511,7 @@ def train_with_curve(model: nn.Module, batches: Iterable, loss_fn: Callable,
                     description=description)
     with torch.no_grad():
         final = float(evaluate())
-    steps_t, values = _finish(curve, final, steps)
+    steps_t, values = finish_curve(curve, final, steps)
     return {"loss": torch.tensor(history), "steps": steps_t, "values": values}
 
 

@@ -16,19 +16,18 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from encoderlab.course.train import train
 from encoderlab.data import python_docs_corpus, shuffled_batches, trim_padding
 from encoderlab.heads import SequenceClassifier, SpanExtractor, TokenClassifier
 from encoderlab.lessons.l07_finetune import (
-    _finish,
-    _logits_in_batches,
-    _pad_rows,
     accuracy,
     best_span,
     encode_qa,
     encode_tagged,
     encode_texts,
     entity_scores,
+    finish_curve,
+    logits_in_batches,
+    pad_rows,
     qa_scores,
     texts_fingerprint,
     with_evaluations,
@@ -37,6 +36,7 @@ from encoderlab.lessons.l07_finetune import (
 from encoderlab.lessons.l07_tasks import qa_task, tagging_task, topic_task
 from encoderlab.objectives import IGNORE_INDEX, span_loss
 from encoderlab.pretrained import load_minilm
+from encoderlab.training import train
 
 __all__ = ["FINETUNE", "WARMUP", "classify_run", "extract_run", "linear_warmup", "RECIPES"]
 
@@ -110,7 +110,7 @@ def classify_run(pooling: str, steps: int, progress: bool = True, task=None):
     seconds = (time.perf_counter() - start) / steps
     with torch.no_grad():
         logits = predict()
-    steps_t, acc = _finish(curve, 100 * accuracy(logits.argmax(-1), task.test_labels), steps)
+    steps_t, acc = finish_curve(curve, 100 * accuracy(logits.argmax(-1), task.test_labels), steps)
     return {f"{pooling}.curve_steps": steps_t, f"{pooling}.curve_accuracy": acc,
             f"{pooling}.loss": torch.tensor(history), f"{pooling}.test_logits": logits}, seconds
 
@@ -150,7 +150,7 @@ def _recipe_tag(steps: int | None = None, progress: bool = True):
     model = TokenClassifier(encoder, len(task.tags))
 
     def predict():
-        return _logits_in_batches(model, test_x, ["input_ids", "attention_mask"])
+        return logits_in_batches(model, test_x, ["input_ids", "attention_mask"])
 
     def evaluate():
         predicted = word_tags(predict(), test_x["first_piece"])
@@ -171,9 +171,9 @@ def _recipe_tag(steps: int | None = None, progress: bool = True):
     with torch.no_grad():
         logits = predict()
     predicted = word_tags(logits, test_x["first_piece"])
-    steps_t, f1 = _finish(curve, 100 * entity_scores(task.test_tags, predicted)["f1"], steps)
+    steps_t, f1 = finish_curve(curve, 100 * entity_scores(task.test_tags, predicted)["f1"], steps)
     index = {t: k for k, t in enumerate(task.tags)}
-    tag_ids = _pad_rows([[index[t] for t in row] for row in predicted], -1)  # (N, words)
+    tag_ids = pad_rows([[index[t] for t in row] for row in predicted], -1)  # (N, words)
     return ({"curve_steps": steps_t, "curve_f1": f1, "loss": torch.tensor(history),
              "test_predicted": tag_ids},
             _metadata(steps, [seconds], task=repr(task), tags="|".join(task.tags)))
@@ -204,7 +204,7 @@ def extract_run(steps: int, seed: int = FINETUNE["seed"], warmup_steps: int = 0,
     keys = ["input_ids", "attention_mask", "token_type_ids", "context_mask"]
 
     def predict():
-        return _logits_in_batches(model, test_x, keys)
+        return logits_in_batches(model, test_x, keys)
 
     def evaluate():
         s, e, _ = best_span(*predict(), test_x["context_mask"])
@@ -224,7 +224,7 @@ def extract_run(steps: int, seed: int = FINETUNE["seed"], warmup_steps: int = 0,
         start_logits, end_logits = predict()
     s, e, _ = best_span(start_logits, end_logits, test_x["context_mask"])
     scores = qa_scores(test_ex, test_x["word_of"], s, e)
-    steps_t, em = _finish(curve, scores["exact_match"], steps)
+    steps_t, em = finish_curve(curve, scores["exact_match"], steps)
     return ({"curve_steps": steps_t, "curve_exact_match": em, "loss": torch.tensor(history),
              "test_starts": s, "test_ends": e, "test_f1": torch.tensor(scores["f1"]),
              "start_logits": start_logits[:16].nan_to_num(neginf=-1e4),

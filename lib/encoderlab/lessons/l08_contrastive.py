@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from encoderlab.course.train import load_stored_part, train
 from encoderlab.data import read_frozen, shuffled_batches, trim_padding, without_shared_spans
 from encoderlab.heads import pool
 from encoderlab.lessons.l08_retrieval import (
@@ -28,6 +27,7 @@ from encoderlab.lessons.l08_retrieval import (
     topic_documents,
 )
 from encoderlab.pretrained import load_minilm
+from encoderlab.training import load_stored_part, train
 from encoderlab.validate import check_int
 
 __all__ = ["CONTRASTIVE", "CONTRASTIVE_HARD", "docstring_pairs", "split_pairs", "ContrastiveData",

@@ -9,7 +9,7 @@ pieces Lesson 8 measures with:
   (:func:`topic_documents`), and hand-written queries with known answers (:data:`QUERIES`);
 - :func:`sentence_embeddings` (all-MiniLM-L6-v2's own pipeline with ``how="mean"``, or any
   pooling of :func:`encoderlab.heads.pool`), :func:`search`, :func:`recall_at_k`,
-  :func:`mean_reciprocal_rank`, and a readable TF-IDF baseline;
+  :func:`mean_reciprocal_rank`, :func:`ndcg_at_k`, and a readable BM25 baseline;
 - :func:`in_batch_negatives_loss` (InfoNCE, "multiple negatives ranking"), which the tiny
   contrastive run of :mod:`encoderlab.lessons.l08_contrastive` trains with;
 - :func:`cross_segment_attention`: how much of a joint ("cross-encoder") pass's attention
@@ -28,9 +28,9 @@ import torch
 from torch.nn import functional as F
 
 from encoderlab import masks
-from encoderlab.course.stats import sign_test
 from encoderlab.data import read_frozen
 from encoderlab.heads import POOLINGS, pool
+from encoderlab.stats import sign_test
 from encoderlab.validate import check_int, check_positive_int, is_int, shape_of
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "recall_at_k",
     "mean_reciprocal_rank",
     "pair_ranks",
+    "diagonal_ranks",
     "first_right_ranks",
     "alignment",
     "uniformity",
@@ -57,7 +58,9 @@ __all__ = [
     "compact_pooled_embeddings",
     "mean_pairwise_cosine",
     "word_tokens",
-    "tfidf_vectors",
+    "bm25_scores",
+    "rank_by_scores",
+    "ndcg_at_k",
     "in_batch_negatives_loss",
     "cross_segment_attention",
 ]
@@ -376,10 +379,16 @@ def pair_ranks(a_vecs: torch.Tensor, b_vecs: torch.Tensor) -> torch.Tensor:
     the partner counts as above it, so a model whose vectors are all equal gets rank N, not 1.
     ``(ranks == 1).mean()`` is recall@1, ``(1 / ranks).mean()`` the mean reciprocal rank.
     """
-    scores = cosine_scores(a_vecs, b_vecs)  # (N, N)
-    if scores.shape[0] != scores.shape[1]:
-        raise ValueError(f"a_vecs and b_vecs must have one row per pair, the same number of rows; "
-                         f"got {scores.shape[0]} and {scores.shape[1]}.")
+    return diagonal_ranks(cosine_scores(a_vecs, b_vecs))  # (N,)
+
+
+def diagonal_ranks(scores: torch.Tensor) -> torch.Tensor:
+    """(N,) long: the rank of entry (i, i) in row i of a square score matrix (Lesson 8, §3);
+    ties count against it, as in :func:`pair_ranks` (which calls this on cosines)."""
+    if not isinstance(scores, torch.Tensor) or scores.dim() != 2 or \
+            scores.shape[0] != scores.shape[1]:
+        raise ValueError(f"scores must be square: one row per pair and one column per pair "
+                         f"(a_vecs and b_vecs with as many rows); got {shape_of(scores)}.")
     partner = scores.diagonal().unsqueeze(1)  # (N, 1)
     above = (scores >= partner).sum(dim=1) - 1  # wrong rows at or above the partner, (N,)
     return above + 1
@@ -449,7 +458,7 @@ def compact_pooled_embeddings(model, vocab, texts, how=("cls", "mean", "max"),
     return _vectors(pooled, how, normalize)
 
 
-# --- A lexical baseline: TF-IDF (Lesson 8, §3) ------------------------------------------------
+# --- A lexical baseline: BM25 (Lesson 8, §3) --------------------------------------------------
 
 _WORD = re.compile(r"[a-z0-9]+")
 # Words that carry no topic: without this list they would dominate short queries.
@@ -464,29 +473,62 @@ def word_tokens(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
 
 
-def tfidf_vectors(query_texts, doc_texts) -> tuple[torch.Tensor, torch.Tensor]:
-    """(query vectors, document vectors) of TF-IDF word weights (Lesson 8, §3).
+def bm25_scores(query_texts, doc_texts, k1: float = 1.2, b: float = 0.75) -> torch.Tensor:
+    """(n_q, n_d) Okapi BM25 scores of every query against every document (Lesson 8, §3).
 
-    A word's weight in a text is (how often it occurs there) × idf, where
-    idf = ln((1 + N) / (1 + df)) + 1 for N documents of which df contain the word. Only words
-    of the documents have a dimension; a query word no document uses is ignored.
+    score(q, d) = sum over the words w of q (repeats count) that occur in d of
+    idf(w) * tf (k1 + 1) / (tf + k1 (1 - b + b |d| / avgdl)), with tf the count of w in d,
+    |d| the document's length in words, avgdl the mean length, and
+    idf(w) = ln(1 + (N - df + 0.5) / (df + 0.5)) for N documents of which df contain w.
+    ``k1`` caps what repeats of a word add; ``b`` discounts long documents.
     """
-    docs = [word_tokens(t) for t in doc_texts]
-    vocab = sorted({w for d in docs for w in d})
-    column = {w: j for j, w in enumerate(vocab)}
-    df = Counter(w for d in docs for w in set(d))
+    if k1 < 0 or not 0 <= b <= 1:
+        raise ValueError(f"k1 must be >= 0 and b in [0, 1] (the usual values: 1.2 and 0.75), "
+                         f"got k1={k1!r}, b={b!r}.")
+    if isinstance(doc_texts, str) or not doc_texts:
+        raise ValueError("doc_texts must be a non-empty list of strings.")
+    docs = [Counter(word_tokens(t)) for t in doc_texts]
+    lengths = torch.tensor([float(sum(d.values())) for d in docs])  # (n_d,)
+    norm = k1 * (1 - b + b * lengths / lengths.mean().clamp(min=1e-9))  # (n_d,)
+    df = Counter(w for d in docs for w in d)
     n = len(docs)
-    idf = torch.tensor([math.log((1 + n) / (1 + df[w])) + 1.0 for w in vocab])  # (V,)
+    scores = torch.zeros(len(query_texts), n)  # (n_q, n_d)
+    for i, text in enumerate(query_texts):
+        for w in word_tokens(text):
+            if w not in df:
+                continue
+            idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+            tf = torch.tensor([float(d[w]) for d in docs])  # (n_d,)
+            scores[i] += idf * tf * (k1 + 1) / (tf + norm)
+    return scores
 
-    def vectors(token_lists):
-        x = torch.zeros(len(token_lists), len(vocab))  # (m, V)
-        for i, words in enumerate(token_lists):
-            for w, c in Counter(words).items():
-                if w in column:
-                    x[i, column[w]] = c
-        return x * idf
 
-    return vectors([word_tokens(t) for t in query_texts]), vectors(docs)
+def rank_by_scores(scores: torch.Tensor) -> torch.Tensor:
+    """(n_q, n_d) long: document indices of each row of ``scores``, best first; ties keep the
+    lower index first (Lesson 8, §3)."""
+    if not isinstance(scores, torch.Tensor) or scores.dim() != 2:
+        raise ValueError(f"scores must be a 2-d tensor (queries x documents), got "
+                         f"{shape_of(scores)}.")
+    return torch.sort(scores, dim=1, descending=True, stable=True).indices
+
+
+def ndcg_at_k(ranked, answers, k: int = 10) -> float:
+    """Mean nDCG@k with binary relevance (Lesson 8, §3).
+
+    DCG@k = sum over the first k ranks r of rel_r / log2(r + 1), with rel_r = 1 for a right
+    document; it is divided by the best DCG@k possible (all right documents first), so a
+    query scores 1 when its right documents fill the top ranks. ``ranked`` is (n_q, r) with
+    r >= k, ``answers[i]`` the set of query i's right documents (at least one).
+    """
+    ranked = _check_ranked(ranked, answers, k)
+    total = 0.0
+    for row, right in zip(ranked[:, :k].tolist(), answers):
+        if not right:
+            raise ValueError("every query needs at least one right document for nDCG.")
+        dcg = sum(1 / math.log2(r + 1) for r, j in enumerate(row, start=1) if j in right)
+        ideal = sum(1 / math.log2(r + 1) for r in range(1, min(len(right), k) + 1))
+        total += dcg / ideal
+    return total / len(answers)
 
 
 # --- Training with in-batch negatives (Lesson 8, §5) ------------------------------------------

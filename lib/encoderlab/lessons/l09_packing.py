@@ -261,14 +261,16 @@ def pack_token_ids(token_ids: list[list[int]], capacity: int,
 
 
 def encode_packed(model, input_ids: torch.Tensor, plan: Packing,
-                  restart_positions: bool = True) -> list[torch.Tensor]:
-    """Run an :class:`~encoderlab.encoder.EncoderModel` on packed rows (Lesson 9, §5).
+                  restart_positions: bool = True,
+                  document_mask: bool = True) -> list[torch.Tensor]:
+    """Run an :class:`~encoderlab.encoder.EncoderModel` on packed rows (Lesson 9, §4).
 
     The same layers as ``model(input_ids)``, with two changes a packed batch needs: the
     position ids restart at every sequence (:func:`position_ids`; ``restart_positions=False``
     counts them from the row's start, the bug this function lets a lesson show) and every
-    block gets the document mask of ``plan`` instead of a padding mask. Returns the last
-    hidden state of each sequence, (n_i, d), in the original order.
+    block gets the document mask of ``plan`` instead of a padding mask (``document_mask=False``
+    gives no mask at all: every position of a row, padding included, sees every other, the
+    second bug). Returns the last hidden state of each sequence, (n_i, d), in the original order.
     """
     emb = model.embeddings
     if restart_positions:
@@ -277,9 +279,55 @@ def encode_packed(model, input_ids: torch.Tensor, plan: Packing,
         pos = torch.arange(plan.capacity).expand(plan.n_rows, -1)  # (R, n): the row's count
     h = emb.token(input_ids) + emb.segment(torch.zeros_like(input_ids)) + emb.position(pos)
     h = emb.dropout(emb.norm(h))  # (R, n, d): H^(0)
-    mask = masks.document(plan.doc_ids)  # (R, 1, n, n): block-diagonal
+    mask = masks.document(plan.doc_ids) if document_mask else None  # (R, 1, n, n): blocks
     for block in model.blocks:
         h, _ = block(h, mask, need_weights=False)  # (R, n, d)
     if model.final_norm is not None:
         h = model.final_norm(h)
     return unpack(h, plan)  # one (n_i, d) per sequence
+
+
+def padded_batches(sequences: list[torch.Tensor], batch_size: int,
+                   order=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Padded batches of per-sequence tensors (Lesson 9, §4): ``(x, mask)`` per batch.
+
+    ``sequences`` are (h, n_i, d) tensors (random queries, keys and values); they go, in
+    ``order`` (default: as given), into batches of ``batch_size``, each padded with zeros to
+    its longest: ``x`` is (b, h, n_pad, d), ``mask`` the padding mask of ``masks.padding``,
+    (b, 1, 1, n_pad), True for real tokens.
+    """
+    check_positive_int(batch_size, "batch_size")
+    if not sequences or any(s.dim() != 3 for s in sequences):
+        raise ValueError("sequences must be a non-empty list of (h, n_i, d) tensors, got "
+                         f"{[tuple(s.shape) for s in sequences]}.")
+    order = list(range(len(sequences)) if order is None else order)
+    batches = []
+    for s in range(0, len(order), batch_size):
+        chunk = [sequences[i] for i in order[s:s + batch_size]]
+        h, _, d = chunk[0].shape
+        n_pad = max(x.shape[1] for x in chunk)
+        x = torch.zeros(len(chunk), h, n_pad, d)  # (b, h, n_pad, d)
+        keep = torch.zeros(len(chunk), n_pad, dtype=torch.bool)  # True = real token
+        for r, seq in enumerate(chunk):
+            x[r, :, :seq.shape[1]], keep[r, :seq.shape[1]] = seq, True
+        batches.append((x, masks.padding(keep)))
+    return batches
+
+
+def padded_token_batches(token_ids: list[list[int]], batch_size: int,
+                         pad_id: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Token-id lists in batches of ``batch_size``, padded to their longest (Lesson 9, §4):
+    ``(input_ids, attention_mask)`` per batch, both (b, n_pad), the mask 1 for real tokens,
+    what a tokenizer returns with ``padding=True``."""
+    check_positive_int(batch_size, "batch_size")
+    if not token_ids or not all(token_ids):
+        raise ValueError("token_ids must be a non-empty list of non-empty id lists.")
+    out = []
+    for s in range(0, len(token_ids), batch_size):
+        chunk = token_ids[s:s + batch_size]
+        x = torch.full((len(chunk), max(map(len, chunk))), pad_id, dtype=torch.long)
+        keep = torch.zeros_like(x)  # (b, n_pad): 1 = real token
+        for r, ids in enumerate(chunk):
+            x[r, :len(ids)], keep[r, :len(ids)] = torch.tensor(ids), 1
+        out.append((x, keep))
+    return out

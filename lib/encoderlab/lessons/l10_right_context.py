@@ -26,14 +26,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from encoderlab import masks
-from encoderlab.course.train import load_artefact, train
 from encoderlab.decoder import EncoderDecoderConfig, EncoderDecoderModel
 from encoderlab.encoder import EncoderConfig, EncoderModel
+from encoderlab.training import load_artefact, train
 from encoderlab.validate import check_positive_int
 
 __all__ = ["KeyedShiftTask", "SingleStackLM", "WIRINGS", "SEEDS", "build_model",
-           "single_stack_d_ff", "parameter_count", "exact_match_of", "train_comparison",
-           "RECIPES", "load_comparison"]
+           "single_stack_d_ff", "parameter_count", "forward_flops", "equal_flop_pairs",
+           "exact_match_of", "train_comparison", "train_key_first", "RECIPES", "load_comparison"]
 
 PAD, BOS, EOS = 0, 1, 2
 N_SPECIALS = 3
@@ -54,14 +54,18 @@ class KeyedShiftTask:
     A source is ``length`` symbols (ids 3 .. 3 + n_symbols - 1) then one key (the next
     ``n_keys`` ids, key k meaning a shift of k + 1); the target is symbol i shifted, for i in
     order, then ``eos``. All sources have the same length, so no batch needs padding.
+    ``key_first=True`` is the control: the key comes before the symbols (same draws), so a
+    left-to-right reader has seen it at every symbol.
     """
 
-    def __init__(self, n_symbols: int = 10, n_keys: int = 4, length: int = 6):
+    def __init__(self, n_symbols: int = 10, n_keys: int = 4, length: int = 6,
+                 key_first: bool = False):
         for name, value in (("n_symbols", n_symbols), ("n_keys", n_keys), ("length", length)):
             check_positive_int(value, name)
         if n_keys >= n_symbols:
             raise ValueError(f"n_keys must be below n_symbols, got {n_keys} and {n_symbols}.")
         self.n_symbols, self.n_keys, self.length = n_symbols, n_keys, length
+        self.key_first = bool(key_first)  # the control: the key before the symbols
         self.vocab_size = N_SPECIALS + n_symbols + n_keys
         self.n_src = length + 1  # the symbols and the key
 
@@ -70,7 +74,8 @@ class KeyedShiftTask:
         check_positive_int(batch_size, "batch_size")
         symbols = torch.randint(0, self.n_symbols, (batch_size, self.length), generator=generator)
         key = torch.randint(0, self.n_keys, (batch_size, 1), generator=generator)
-        src = torch.cat([symbols + N_SPECIALS, key + N_SPECIALS + self.n_symbols], dim=1)
+        parts = [symbols + N_SPECIALS, key + N_SPECIALS + self.n_symbols]
+        src = torch.cat(parts[::-1] if self.key_first else parts, dim=1)  # (b, length + 1)
         shifted = (symbols + key + 1) % self.n_symbols + N_SPECIALS  # (b, length)
         eos = torch.full((batch_size, 1), EOS)
         bos = torch.full((batch_size, 1), BOS)
@@ -82,8 +87,9 @@ class KeyedShiftTask:
             yield self.sample(batch_size, generator)
 
     def __repr__(self) -> str:
+        first = ", key_first=True" if self.key_first else ""
         return (f"KeyedShiftTask(n_symbols={self.n_symbols}, n_keys={self.n_keys}, "
-                f"length={self.length}, vocab_size={self.vocab_size})")
+                f"length={self.length}{first}, vocab_size={self.vocab_size})")
 
 
 class SingleStackLM(nn.Module):
@@ -156,6 +162,60 @@ def build_model(wiring: str, task: KeyedShiftTask, seed: int) -> nn.Module:
                          d_ff, prefix=wiring == "prefix-lm")
 
 
+def forward_flops(wiring: str, task: KeyedShiftTask) -> dict:
+    """FLOPs of one example's forward pass, by formula (Lesson 10, §7): a matrix product of
+    (m, k) by (k, n) costs 2mnk. n source positions, t target positions, width d, MLP d_ff.
+
+    - a self-attention block over N positions: W_Q, W_K, W_V, W_O, 8Nd²; the MLP, 4N d d_ff;
+      the scores and A V, 4N²d (dense: a causal or prefix mask computes every score too);
+    - a decoder block adds cross-attention: W_Q, W_O on the t target positions and W_K, W_V
+      on the n source positions, 4td² + 4nd², and its scores and A V, 4tnd;
+    - the head, 2td V on the target positions. A single stack runs N = n + t positions
+      through 4 blocks; the encoder–decoder n through 2 encoder blocks and t through 2
+      decoder blocks. Returns "linear", "attention" and "forward"; training is about three
+      forward passes (the backward pass costs two), "training".
+    """
+    if wiring not in WIRINGS:
+        raise ValueError(f"wiring must be one of {WIRINGS}, got {wiring!r}.")
+    d, vocab = SIZES["d_model"], task.vocab_size
+    n = t = task.n_src  # the source and the target (bos + symbols) have the same length here
+    if wiring == "encoder-decoder":
+        d_ff = SIZES["d_ff"]
+        linear = (2 * (8 * n * d * d + 4 * n * d * d_ff)  # 2 encoder blocks
+                  + 2 * (8 * t * d * d + 4 * t * d * d + 4 * n * d * d + 4 * t * d * d_ff)
+                  + 2 * t * d * vocab)  # 2 decoder blocks (self + cross + MLP), the head
+        attention = 2 * 4 * n * n * d + 2 * (4 * t * t * d + 4 * t * n * d)
+    else:
+        d_ff, big_n = single_stack_d_ff(task), n + t
+        linear = 4 * (8 * big_n * d * d + 4 * big_n * d * d_ff) + 2 * t * d * vocab
+        attention = 4 * 4 * big_n * big_n * d
+    forward = linear + attention
+    return {"linear": linear, "attention": attention, "forward": forward,
+            "training": 3 * forward}
+
+
+def equal_flop_pairs(eval_steps, flops_cheap: float, flops_dear: float) -> list[tuple[int, int]]:
+    """Evaluations to compare at equal training FLOPs (Lesson 10, §7): pairs (i, j) where the
+    dearer wiring at ``eval_steps[i]`` and the cheaper one at ``eval_steps[j]`` have spent about
+    the same, j the latest evaluation whose FLOPs do not exceed the dearer wiring's (so the
+    cheaper wiring never gets more). ``flops_*`` are FLOPs per step. Only i > 0 whose budget the
+    cheaper wiring's record reaches."""
+    steps = [int(s) for s in eval_steps]
+    if not (0 < flops_cheap <= flops_dear):
+        raise ValueError("flops_cheap must be positive and at most flops_dear (the dearer "
+                         f"wiring's FLOPs per step), got {flops_cheap!r} and {flops_dear!r}.")
+    if steps != sorted(steps) or len(set(steps)) != len(steps):
+        raise ValueError(f"eval_steps must be increasing, got {steps}.")
+    pairs = []
+    for i, step in enumerate(steps):
+        budget = step * flops_dear
+        if step == 0 or steps[-1] * flops_cheap < budget:
+            continue
+        j = max(k for k, s in enumerate(steps) if s * flops_cheap <= budget)
+        pairs.append((i, j))
+    return pairs
+
+
 def _logits(model: nn.Module, src, tgt_in) -> torch.Tensor:
     return model(src, tgt_in)  # both kinds take (src, tgt_in): (b, t, V)
 
@@ -172,14 +232,18 @@ def exact_match_of(model: nn.Module, src: torch.Tensor, tgt_out: torch.Tensor) -
     return float((ids == tgt_out).all(dim=1).float().mean())
 
 
-def train_comparison(steps: int | None = None, progress: bool = True):
+def train_comparison(steps: int | None = None, progress: bool = True,
+                     wirings: tuple[str, ...] = WIRINGS, key_first: bool = False):
     """Train every wiring with every seed on the same batches; record exact match and loss."""
     steps = steps or STEPS
-    task = KeyedShiftTask()
+    for wiring in wirings:
+        if wiring not in WIRINGS:
+            raise ValueError(f"wirings must come from {WIRINGS}, got {wiring!r}.")
+    task = KeyedShiftTask(key_first=key_first)
     src_test, _, out_test = task.sample(N_TEST, torch.Generator().manual_seed(TEST_SEED))
     tensors, counts = {}, {}
     started = time.perf_counter()
-    for wiring in WIRINGS:
+    for wiring in wirings:
         for seed in SEEDS:
             model = build_model(wiring, task, seed)
             counts[wiring] = parameter_count(model)
@@ -208,7 +272,7 @@ def train_comparison(steps: int | None = None, progress: bool = True):
             tensors[f"{key}.exact_match"] = torch.tensor(curve_match)
             tensors[f"{key}.train_loss"] = torch.tensor(history)
     metadata = {
-        "task": repr(task), "wirings": ",".join(WIRINGS), "seeds": ",".join(map(str, SEEDS)),
+        "task": repr(task), "wirings": ",".join(wirings), "seeds": ",".join(map(str, SEEDS)),
         "steps": steps, "batch_size": BATCH_SIZE, "lr": LEARNING_RATE, "n_test": N_TEST,
         "test_seed": TEST_SEED, "sizes": repr(SIZES),
         "single_stack_d_ff": single_stack_d_ff(task),
@@ -218,7 +282,13 @@ def train_comparison(steps: int | None = None, progress: bool = True):
     return tensors, metadata
 
 
-RECIPES = {"l10-right-context": train_comparison}
+def train_key_first(steps: int | None = None, progress: bool = True):
+    """The control of Lesson 10, §7: the two single stacks on the task with the key first."""
+    return train_comparison(steps, progress, wirings=("prefix-lm", "decoder-only"),
+                            key_first=True)
+
+
+RECIPES = {"l10-right-context": train_comparison, "l10-key-first": train_key_first}
 
 
 def load_comparison(name: str = "l10-right-context"):

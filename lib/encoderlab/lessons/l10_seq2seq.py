@@ -153,7 +153,7 @@ class ReversalTask:
         return self.make_batch(kept)
 
     def batches(self, batch_size: int, seed: int = 0) -> Iterator[Seq2SeqBatch]:
-        """An endless, seeded stream of batches (for :func:`encoderlab.course.train.train`)."""
+        """An endless, seeded stream of batches (for :func:`encoderlab.training.train`)."""
         generator = torch.Generator().manual_seed(seed)
         while True:
             yield self.sample(batch_size, generator)

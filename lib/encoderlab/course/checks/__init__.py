@@ -23,8 +23,8 @@ named mistakes) are in their own module, ``l01`` ... ``l10``, re-exported here i
 from encoderlab.course.checks.harness import CheckFailed
 from encoderlab.course.checks.l01 import (
     check_batch_objective,
-    check_cosine_similarity,
     check_objective_labels,
+    check_prefix_fixed,
 )
 from encoderlab.course.checks.l02 import (
     check_build_inputs,
@@ -42,6 +42,7 @@ from encoderlab.course.checks.l04 import (
     check_layer_norm,
     check_parameter_count,
 )
+from encoderlab.course.checks.l04_contributions import check_value_contributions
 from encoderlab.course.checks.l05 import check_fill_mask, check_masked_loss, check_mlm_corrupt
 from encoderlab.course.checks.l06 import (
     check_rtd_labels,
@@ -68,7 +69,7 @@ __all__ = [
     # Lesson 1
     "check_objective_labels",
     "check_batch_objective",
-    "check_cosine_similarity",
+    "check_prefix_fixed",
     # Lesson 2
     "check_wordpiece",
     "check_wordpiece_merges",
@@ -82,6 +83,7 @@ __all__ = [
     "check_layer_norm",
     "check_parameter_count",
     "check_encoder_block",
+    "check_value_contributions",
     # Lesson 5
     "check_mlm_corrupt",
     "check_masked_loss",

@@ -1,5 +1,5 @@
 """Lesson 1's checkers: the labels of the two objectives (§2), both objectives on a padded batch
-(§2) and the cosine-similarity matrix (§4)."""
+(§2) and which vectors move when tokens are appended (§5)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ from encoderlab.course.checks.harness import (
     Exercise,
     as_tensor,
     checker,
-    close,
-    differs,
     leaving_inputs,
     require_callable,
     run,
 )
-from encoderlab.lessons.l01_probes import cosine_similarity_matrix
+from encoderlab.encoder import EncoderConfig, EncoderModel
+from encoderlab.masks import causal as causal_mask
 from encoderlab.objectives import IGNORE_INDEX, objective_view
 
-__all__ = ["check_objective_labels", "check_cosine_similarity", "check_batch_objective"]
+__all__ = ["check_objective_labels", "check_batch_objective", "check_prefix_fixed"]
 
 # --- The labels of the two objectives (Lesson 1, §2) ---------------------------------------------
 
@@ -168,6 +167,14 @@ def _first_wrong_label(attempt) -> str:
     first = attempt.first
     out, ref = attempt.answers[first], attempt.references[first]
     t = int((out != ref).nonzero()[0])
+    input_ids, objective, _ = attempt.cases[first]
+    if objective == "next-token" and t == len(ref) - 1 and int(ref[t]) == IGNORE_INDEX:
+        itself = " ([SEP] predicting itself)" if int(out[t]) == int(input_ids[-1]) else ""
+        return (
+            f"your last position has the label {int(out[t])}{itself} on {attempt.where(first)}, "
+            f"but nothing follows the last token, so it has nothing to predict: its label must "
+            f"be {IGNORE_INDEX} (no loss)."
+        )
     return (
         f"your labels differ from the reference at position t={t} on {attempt.where(first)}: "
         f"yours {int(out[t])}, the reference {int(ref[t])} (-100 = no loss)."
@@ -219,103 +226,6 @@ def check_objective_labels(fn: Callable) -> bool:
     """
     require_callable(fn)
     return run(_LABELS, leaving_inputs(_naming_tuple_indexing(fn), ("input_ids",)))
-
-
-# --- The cosine-similarity matrix (Lesson 1, §4) -------------------------------------------------
-
-
-def _cosine_cases() -> list[tuple]:
-    """(x,) cases of shape (m, d) with m != d, rows of very different lengths, some anti-aligned."""
-    g = torch.Generator().manual_seed(1)
-    cases = [
-        torch.tensor([[3.0, 4.0, 0.0], [0.0, 0.5, 0.0], [-6.0, -8.0, 0.0], [1.0, 0.0, 1.0]]),
-    ]
-    for m, d in ((5, 8), (3, 16), (7, 4), (2, 32)):
-        lengths = torch.rand(m, 1, generator=g) * 9 + 0.5  # (m, 1): 0.5 to 9.5
-        x = torch.randn(m, d, generator=g)
-        cases.append(x / x.norm(dim=1, keepdim=True) * lengths)  # (m, d)
-    cases.append(torch.randn(6, 10, generator=g) + 2.0)  # all in one orthant: cosines near 1
-    return [(x,) for x in cases]
-
-
-def _cos_unit_rows(x):
-    return x / x.norm(dim=1, keepdim=True)
-
-
-_COSINE_MISTAKES = [
-    ("your matrix is x @ xᵀ, the raw dot products, which grow with the vectors' lengths.",
-     "divide each row by its own length first, x / x.norm(dim=1, keepdim=True), then take x @ xᵀ.",
-     lambda x: x @ x.T),
-    ("you normalise over the wrong axis: x.norm(dim=0) is the length of each feature column, "
-     "but cosine similarity divides each row (each vector) by its length.",
-     "use x.norm(dim=1, keepdim=True).",
-     lambda x: (x / x.norm(dim=0, keepdim=True)) @ (x / x.norm(dim=0, keepdim=True)).T),
-    ("you normalise only one side of the product, so the diagonal is not 1.",
-     "divide both factors' rows by their lengths.",
-     lambda x: _cos_unit_rows(x) @ x.T),
-    ("you divide by the norm of the whole matrix (x.norm() with no dim), one number for all rows, "
-     "but each row needs its own length.",
-     "use x.norm(dim=1, keepdim=True).",
-     lambda x: (x @ x.T) / x.norm() ** 2),
-    ("your function returns Euclidean distances (0 on the diagonal, larger = less alike); the "
-     "task asks for cosine similarities (1 on the diagonal, larger = more alike).",
-     "normalise the rows to length 1 and take x @ xᵀ.",
-     lambda x: torch.cdist(x, x)),
-    ("your function returns the cosine distance 1 - cos (0 on the diagonal), not the "
-     "similarity cos (1 on the diagonal).",
-     "return cos itself, without the 1 - .",
-     lambda x: 1 - _cos_unit_rows(x) @ _cos_unit_rows(x).T),
-    ("you divide entry (i, j) by |x_j|², one length squared, not by |x_i| |x_j|: "
-     "x.norm(dim=1) * x.norm(dim=1) multiplies each length by itself, and the (m,) result "
-     "broadcasts along the columns.",
-     "divide by the outer product of the lengths, n[:, None] * n[None, :] with "
-     "n = x.norm(dim=1), or normalise the rows first.",
-     lambda x: (x @ x.T) / x.norm(dim=1) ** 2),
-    ("you divide entry (i, j) by |x_i|², one length squared, not by |x_i| |x_j|: n * n with "
-     "n = x.norm(dim=1, keepdim=True), of shape (m, 1), multiplies each length by itself.",
-     "divide by the outer product of the lengths, n * n.T, or normalise the rows first.",
-     lambda x: (x @ x.T) / x.norm(dim=1, keepdim=True) ** 2),
-]
-
-
-def _cosine_answer(result, where, x) -> torch.Tensor:
-    m, d = x.shape
-    matrix = as_tensor(result, "the (m, m) tensor of cosine similarities")
-    if tuple(matrix.shape) == (d, d):
-        raise CheckFailed(
-            f"your matrix has shape {(d, d)} for x of shape {(m, d)}: one entry per pair of "
-            f"features (columns), where (m, m) = {(m, m)} was expected.",
-            "compare the vectors, which are the rows: x @ x.T, not x.T @ x.",
-        )
-    if tuple(matrix.shape) != (m, m):
-        raise CheckFailed(
-            f"your matrix has shape {tuple(matrix.shape)} for x of shape {(m, d)}; it should "
-            f"be (m, m) = {(m, m)}, one entry per pair of rows."
-        )
-    return matrix.double()
-
-
-_COSINE = Exercise(
-    title="cosine similarity",
-    cases=_cosine_cases,
-    arguments=lambda x: (x.clone(),),
-    answer=_cosine_answer,
-    reference=lambda x: cosine_similarity_matrix(x.double()),
-    describe=lambda x: f"x of shape {tuple(x.shape)}",
-    same=close,
-    mistakes=_COSINE_MISTAKES,
-    mistake_inputs=lambda x: (x.double(),),
-    fallback=lambda attempt: differs(
-        attempt, "matrix", "cos(x_i, x_j) = x_i·x_j / (|x_i| |x_j|)",
-        "compare it with encoderlab.lessons.l01_probes.cosine_similarity_matrix.",
-    ),
-)
-
-
-@checker
-def check_cosine_similarity(fn: Callable) -> bool:
-    """Check ``fn(x)`` returns the (m, m) matrix of cos(x_i, x_j) of x's rows (Lesson 1, §4)."""
-    return run(_COSINE, fn)
 
 
 # --- Both objectives on a padded batch (Lesson 1, §2) ------------------------------------------
@@ -562,3 +472,133 @@ def check_batch_objective(fn: Callable) -> bool:
     """
     require_callable(fn)
     return run(_BATCH, leaving_inputs(fn, ("input_ids", "attention_mask", "objective", "chosen")))
+
+
+# --- Which vectors move when tokens are appended (Lesson 1, §5) ---------------------------------
+
+_TOLERANCE = 1e-4  # a position moved when |after - before| > 1e-4 |before|
+_MASKS = ("bidirectional", "causal")
+
+
+def _final_rows(model, input_ids, new_ids, causal: bool):
+    """(before, after): the final vectors of input_ids' positions, alone and with new_ids appended;
+    each (n, d). ``causal`` puts masks.causal of each run's own length in every layer."""
+    rows = []
+    for ids in (input_ids, torch.cat([input_ids, new_ids])):
+        mask = causal_mask(len(ids)) if causal else None
+        with torch.no_grad():
+            h = model(ids[None], mask=mask).last_hidden_state[0]  # (len(ids), d)
+        rows.append(h[: len(input_ids)])  # the first n rows: the prefix
+    return rows
+
+
+def _moved(before, after) -> torch.Tensor:
+    return (after - before).norm(dim=-1) > _TOLERANCE * before.norm(dim=-1)  # (n,)
+
+
+def _prefix_reference(model, input_ids, new_ids, *, causal=("causal",), invert=False):
+    """(2, n) bool, rows = masks (bidirectional, causal): True where a position moved. Each
+    non-default switch is a known mistake."""
+    answer = []
+    for name in _MASKS:
+        before, after = _final_rows(model, input_ids, new_ids, name in causal)
+        answer.append(_moved(before, after))
+    moved = torch.stack(answer)  # (2, n)
+    return ~moved if invert else moved
+
+
+_PREFIX_MISTAKES = [
+    ("under the causal mask your function says that every position of the prefix moves, though "
+     "position i reads only positions <= i. The causal mask did not reach one of your runs, or "
+     "you compared the wrong rows (the last n of the longer run, or the new tokens put first).",
+     "append new_ids at the end, run both lengths with masks.causal of their own length, and "
+     "compare the first n rows, after[:n], with before.",
+     lambda *case: _prefix_reference(*case, causal=())),
+    ("your answer is the wrong way round: True should mark the positions whose vector moved, "
+     "but yours marks the ones that stayed fixed (or the two entries are swapped).",
+     "return moved = |after - before| > 1e-4 |before| under 'bidirectional' and 'causal'.",
+     lambda *case: _prefix_reference(*case, invert=True)),
+]
+
+
+def _tiny_encoder(norm: str, seed: int):
+    config = EncoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=2, d_ff=32, n_max=16,
+                           norm=norm, pooler=False)
+    torch.manual_seed(seed)
+    return EncoderModel(config).eval()
+
+
+def _prefix_cases() -> list[tuple]:
+    """(model, input_ids, new_ids): small random encoders, prefixes of 3-8 tokens, 1-4 appended."""
+    g = torch.Generator().manual_seed(3)
+    cases = []
+    for seed, (norm, n, k) in enumerate([("post", 5, 1), ("post", 8, 3), ("pre", 3, 2),
+                                         ("pre", 6, 4)]):
+        ids = torch.randint(1, 50, (n + k,), generator=g)
+        cases.append((_tiny_encoder(norm, seed), ids[:n], ids[n:]))
+    return cases
+
+
+def _describe_prefix(model, input_ids, new_ids) -> str:
+    return f"{len(input_ids)} tokens, {len(new_ids)} appended"
+
+
+def _prefix_answer(result, where, model, input_ids, new_ids) -> torch.Tensor:
+    n = len(input_ids)
+    if not isinstance(result, dict) or set(result) != set(_MASKS):
+        shown = sorted(result) if isinstance(result, dict) else type(result).__name__
+        raise CheckFailed(f"your function returned {shown}; it should return a dict with the keys "
+                          "'bidirectional' and 'causal'.",
+                          "return {'bidirectional': moved_b, 'causal': moved_c}, each (n,) bool.")
+    rows = []
+    for name in _MASKS:
+        moved = as_tensor(result[name], f"{name}: a boolean (n,) tensor, True = moved").cpu()
+        if moved.dtype != torch.bool or tuple(moved.shape) != (n,):
+            raise CheckFailed(
+                f"your {name!r} entry has dtype {moved.dtype} and shape {tuple(moved.shape)} on "
+                f"{where}; it must be boolean with one entry per position of input_ids, {(n,)}.",
+                "compare the first n rows only, and return the comparison itself (a bool tensor).")
+        rows.append(moved)
+    return torch.stack(rows)  # (2, n)
+
+
+def _prefix_fallback(attempt) -> tuple[str, str]:
+    k = attempt.first
+    mine, right = attempt.answers[k], attempt.references[k]
+    mask, position = (int(x) for x in (mine != right).nonzero()[0])
+    yours, expected = ("moved" if bool(t[mask, position]) else "fixed" for t in (mine, right))
+    if yours == "moved":  # the true change is within the tolerance: is it rounding?
+        before, after = _final_rows(*attempt.cases[k], causal=_MASKS[mask] == "causal")
+        change = float((after[position] - before[position]).norm() / before[position].norm())
+        if change > 0:
+            return (f"on {attempt.where(k)}, under the {_MASKS[mask]} mask, position "
+                    f"{position}: yours says moved, but its vector changed by only {change:.0e} "
+                    "of its length: floating-point rounding (the longer run adds its numbers up "
+                    "in another order), not a real move. Exact equality is too strict.",
+                    "compare with the tolerance: moved when |after - before| > 1e-4 |before|.")
+    return (f"on {attempt.where(k)}, under the {_MASKS[mask]} mask, position {position}: yours "
+            f"says {yours}, expected {expected}.",
+            "run the model on input_ids and on input_ids + new_ids under each mask and compare the "
+            "first n rows: moved when |after - before| > 1e-4 |before| (not exact equality).")
+
+
+_PREFIX = Exercise(
+    title="what appending moves",
+    cases=_prefix_cases,
+    arguments=lambda model, ids, new: (model, ids.clone(), new.clone()),
+    answer=_prefix_answer,
+    reference=_prefix_reference,
+    describe=_describe_prefix,
+    mistakes=_PREFIX_MISTAKES,
+    fallback=_prefix_fallback,
+)
+
+
+@checker
+def check_prefix_fixed(fn: Callable) -> bool:
+    """Check ``fn(model, input_ids, new_ids)`` returns ``{"bidirectional": moved, "causal":
+    moved}``: which positions of ``input_ids`` get a different final vector once ``new_ids`` are
+    appended, under each mask (Lesson 1, §5). Under the causal mask none may move.
+    """
+    require_callable(fn)
+    return run(_PREFIX, leaving_inputs(fn, ("model", "input_ids", "new_ids")))

@@ -186,7 +186,12 @@ def check_layer_norm(fn: Callable) -> bool:
     The reference is ``torch.nn.functional.layer_norm(x, (d,), gain, bias, eps)``: the mean and
     the biased variance of each token's d values, ``(x - mean) / sqrt(var + eps) * gain + bias``.
     """
-    return run(_LAYER_NORM, fn)
+    require_callable(fn)
+    guarded = forbidding(fn, [(F, "layer_norm", "F.layer_norm (or nn.LayerNorm)"),
+                              (torch, "layer_norm", "torch.layer_norm")],
+                         "write it yourself: mean and biased variance over the last axis "
+                         "(keepdim=True), then (x - mean) / sqrt(var + eps) * gain + bias.")
+    return run(_LAYER_NORM, guarded)
 
 
 # --- The parameter count (Lesson 4, §5) ------------------------------------------------------
@@ -196,6 +201,7 @@ def _count_variant(
     c, *, biases=True, layer_norm=2, positions=True, segments="config", attention_matrices=4,
     times_heads=False, d_ff=None, pooler="config", final_norm="config", blocks="L",
     embeddings=True, mlp_matrices=2, embedding_norm=True, block_norms=2, w_o_bias=True,
+    w_o_bias_per_head=False,
 ):
     """The parameter count with one switch turned: each non-default switch is a known mistake."""
     d, V, L, h = c.d_model, c.vocab_size, c.n_layers, c.n_heads
@@ -206,6 +212,7 @@ def _count_variant(
     emb = V * d + (c.n_max * d if positions else 0) + n_segments * d + (ln if embedding_norm else 0)
     attention = attention_matrices * (d * d + bias * d) * (h if times_heads else 1)
     attention -= 0 if w_o_bias or not biases else d  # W_O's bias
+    attention += (h - 1) * d if w_o_bias_per_head else 0  # one W_O bias per head: h d, not d
     mlp = (d * f + bias * f) + ((f * d + bias * d) if mlp_matrices == 2 else 0)
     block = attention + mlp + block_norms * ln
     n_blocks = {"L": L, "one": 1}[blocks]
@@ -220,6 +227,11 @@ def _count_variant(
 
 
 _COUNT_MISTAKES = [
+    ("you counted W_O's bias once per head (h x d): over by L (h - 1) d. Thinking head by head, "
+     "each head's slice of W_O has its own rows, but the bias is added once, after the heads' "
+     "contributions are summed.",
+     "attention per block is 4 (d^2 + d), whatever h is.",
+     partial(_count_variant, w_o_bias_per_head=True)),
     ("you left out the biases.",
      "every nn.Linear (W_Q, W_K, W_V, W_O, both MLP layers, the pooler) also has a bias vector "
      "of its output width.",
@@ -385,7 +397,7 @@ def _count_fallback(attempt) -> Message:
         f"{_describe_config(config)}: {'short' if difference > 0 else 'over'} by "
         f"{abs(difference):,}.{hint}",
         "compare part by part with "
-        "encoderlab.lessons.l04_inspect_stack.parameter_breakdown(config).",
+        "encoderlab.lessons.l04_count.parameter_breakdown(config).",
     )
 
 
@@ -417,7 +429,8 @@ def check_parameter_count(fn: Callable) -> bool:
 
 def _block_variant(h, attention_mask, params, n_heads, eps, *, order="post", residual="inside",
                    activation="gelu", residuals=("attention", "mlp"), norms=("norm_1", "norm_2"),
-                   padding=True, variance="biased", eps_used=None, mlp_biases=("w_1", "w_2")):
+                   padding=True, variance="biased", eps_used=None, mlp_biases=("w_1", "w_2"),
+                   port=None):
     """One encoder block from an EncoderBlock state dict, with one switch turned: each non-default
     switch is a known mistake. h (b, n, d); attention_mask (b, n) of 0/1."""
     d = h.shape[-1]
@@ -452,6 +465,12 @@ def _block_variant(h, attention_mask, params, n_heads, eps, *, order="post", res
         return linear(u, "w_2")
 
     first, second = norms
+    if port is not None:  # three post-LN porting bugs, on x = h + attention(h)
+        x = h + attend(h)
+        out = {"stale": lambda: norm(h + mlp(norm(x, first)), second),  # 2nd residual: old h
+               "no_norm_1": lambda: norm(x + mlp(x), second),  # norm_1 left out
+               "mlp_raw": lambda: norm(norm(x, first) + mlp(x), second)}[port]()  # MLP on x
+        return _real_rows(out, attention_mask)
     if order == "pre":
         h = h + attend(norm(h, first))
         return _real_rows(h + mlp(norm(h, second)), attention_mask)
@@ -467,6 +486,18 @@ def _block_variant(h, attention_mask, params, n_heads, eps, *, order="post", res
 
 
 _BLOCK_MISTAKES = [
+    ("your second residual adds the block's input h, not the output of the first sub-layer: "
+     "LN_2(h + MLP(x)) with x = LN_1(h + attention(h)).",
+     "reassign the stream after each sub-layer: h = LN_1(h + a); then h = LN_2(h + MLP(h)).",
+     partial(_block_variant, port="stale")),
+    ("you left out norm_1: your MLP and the second residual read h + attention(h) un-normalised.",
+     "x = LN_1(h + attention(h)) first; then LN_2(x + MLP(x)).",
+     partial(_block_variant, port="no_norm_1")),
+    ("your MLP reads the un-normalised sum h + attention(h), while the residual carries "
+     "LN_1 of it: LN_2(LN_1(x) + MLP(x)).",
+     "feed the MLP the same normalised x that the residual carries: x = LN_1(h + a), then "
+     "LN_2(x + MLP(x)).",
+     partial(_block_variant, port="mlp_raw")),
     ("your block is pre-LN (h + f(LN(h))), but this block, like BERT's and MiniLM's, is "
      "post-LN.",
      "add the residual first, then normalise: h = LN(h + f(h)).",

@@ -1,10 +1,7 @@
 """Lesson 5's checkers: BERT's corruption (§1: 15 %, then 80 / 10 / 10), the loss on the
-chosen positions only (§1) and filling every [MASK] of a batch (§4).
-
-The corruption is random, so its checker is not a comparison with a reference on fixed cases:
-it checks the rules that hold on every draw and the statistics of a large batch, one rule at a
-time, each with its own message. The loss is checked on cases like every other exercise.
-"""
+chosen positions only (§1) and filling every [MASK] of a batch (§4). The corruption is random:
+its checker checks the rules that hold on every draw and a large batch's statistics, one rule at
+a time, each with its own message; the loss is checked on cases like every other exercise."""
 
 from __future__ import annotations
 
@@ -41,7 +38,11 @@ _MLM_VOCAB = 1000
 
 
 def _mlm_batch(rows: int = 256, n: int = 96, seed: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
-    """A large padded batch: [CLS] words [SEP] [PAD]..., with a few [UNK]s among the words."""
+    """A large padded batch: [CLS] words [SEP] [PAD]..., with a few [UNK]s among the words.
+
+    In every other row the padding (attention_mask 0) holds ordinary ids, not [PAD], as in a
+    buffer reused from longer sentences: only the mask says those positions are not real.
+    """
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, _MLM_VOCAB, (rows, n), generator=g)  # (rows, n): ordinary tokens
     ids[torch.rand(rows, n, generator=g) < 0.03] = 1  # some [UNK]s: special, never chosen
@@ -50,6 +51,8 @@ def _mlm_batch(rows: int = 256, n: int = 96, seed: int = 5) -> tuple[torch.Tenso
     ids[:, 0] = 2  # [CLS]
     ids[torch.arange(rows), lengths - 1] = 3  # [SEP]
     ids[mask == 0] = 0  # [PAD]
+    stale = (mask == 0) & (torch.arange(rows)[:, None] % 2 == 1)  # odd rows: stale padding
+    ids[stale] = torch.randint(5, _MLM_VOCAB, (int(stale.sum()),), generator=g)  # not [PAD]
     return ids, mask
 
 
@@ -144,8 +147,9 @@ def check_mlm_corrupt(fn: Callable) -> bool:
                           "give the positions that were not chosen the label -100.")
     chosen = ~ignored
     if (chosen & (mask == 0)).any():
-        raise CheckFailed("you chose padding positions ([PAD], attention_mask 0), but only "
-                          "real tokens may be chosen.",
+        raise CheckFailed("you chose padding positions (attention_mask 0; in half the rows "
+                          "they hold ordinary ids, not [PAD]), but only real tokens may be "
+                          "chosen.",
                           "draw only where attention_mask is 1.")
     if (chosen & ~eligible).any():
         raise CheckFailed("you chose special tokens ([CLS], [SEP] or [UNK]), but a position "
@@ -263,6 +267,14 @@ def _masked_loss_nan_when_empty(logits, labels):
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
+def _masked_loss_log_of_softmax(logits, labels):  # log(softmax): 0 underflows, -log 0 = inf
+    scored = labels != IGNORE_INDEX
+    if not scored.any():
+        return logits.sum() * 0.0
+    p = torch.softmax(logits[scored], dim=-1)  # (m, V)
+    return -torch.log(p[torch.arange(len(p)), labels[scored]]).mean()
+
+
 def _masked_loss_negated(logits, labels):
     return -_masked_loss_reference(logits, labels)
 
@@ -324,6 +336,10 @@ _MASKED_LOSS_MISTAKES = [
     ("your loss has the wrong sign: cross-entropy is -log p of the right token, a positive "
      "number.",
      "negate it.", _masked_loss_negated),
+    ("your loss is inf on the case with logits of size 200: softmax rounds the right token's "
+     "probability to 0 there, and -log 0 is infinite.",
+     "take torch.log_softmax(logits, dim=-1) (or F.cross_entropy), which subtracts the largest "
+     "logit first and never forms the tiny probability.", _masked_loss_log_of_softmax),
     ("you use 1 - p of the right token, not cross-entropy.",
      "the loss is -log p of the right token.", _masked_loss_probabilities),
 ]
@@ -345,6 +361,8 @@ def _masked_loss_cases() -> list[tuple]:
     labels[0, 0] = 5  # at least one chosen
     cases.append((logits, labels))
     cases.append((torch.randn(2, 3, 4, generator=g), torch.randint(4, (2, 3), generator=g)))
+    logits = 200 * torch.randn(2, 4, 6, generator=g)  # large logits: softmax underflows to 0
+    cases.append((logits, torch.tensor([[1, -100, 4, 0], [-100, 5, -100, 2]])))
     return cases
 
 
@@ -353,7 +371,12 @@ def _loss_answer(result, where, logits, labels) -> torch.Tensor:
     if out.numel() != 1:
         raise CheckFailed(f"your loss has shape {tuple(out.shape)} on {where}, not one number.",
                           "return the mean over the chosen positions, a 0-d tensor.")
-    return out.reshape(()).double()
+    if not getattr(result, "requires_grad", False):  # the logits given require grad
+        raise CheckFailed(f"your loss on {where} is not connected to the logits (requires_grad "
+                          "is False), so loss.backward() would raise on such a batch.",
+                          "compute it from the logits; with nothing chosen, return "
+                          "logits.sum() * 0.0, a zero that keeps the graph.")
+    return out.detach().reshape(()).double()
 
 
 def _first_wrong_loss(attempt) -> tuple[str, str]:
@@ -369,7 +392,7 @@ def _first_wrong_loss(attempt) -> tuple[str, str]:
 _MASKED_LOSS = Exercise(
     title="masked-token loss",
     cases=_masked_loss_cases,
-    arguments=lambda logits, labels: (logits.clone(), labels.clone()),
+    arguments=lambda logits, labels: (logits.clone().requires_grad_(), labels.clone()),
     answer=_loss_answer,
     reference=lambda logits, labels: _masked_loss_reference(logits, labels).double(),
     describe=lambda logits, labels: (
@@ -410,13 +433,14 @@ def check_masked_loss(fn: Callable) -> bool:
     :func:`encoderlab.objectives.mlm_loss`).
     """
     require_callable(fn)
-    return run(_MASKED_LOSS, _naming_the_class_axis(fn))
+    return run(_MASKED_LOSS, leaving_inputs(_naming_the_class_axis(fn), ("logits", "labels")))
 
 
 # --- Filling every [MASK] of a batch (Lesson 5, §4) --------------------------------------------
 
 _FILL_SPECIALS = (0, 1, 2, 3, 4)  # [PAD] [UNK] [CLS] [SEP] [MASK], as in data.CompactVocab
 _FILL_MASK_ID = 4
+_SCATTERED_FILL_SPECIALS = (0, 9, 17, 25, 38)  # [PAD] [UNK] [CLS] [SEP] [MASK], scattered
 
 
 def _fill_variant(model, input_ids, attention_mask, mask_id, special_ids, k, *, exclude="before",
@@ -467,7 +491,7 @@ _FILL_MISTAKES = [
 ]
 
 
-def _fill_model(vocab_size: int, seed: int):
+def _fill_model(vocab_size: int, seed: int, specials: tuple = _FILL_SPECIALS):
     """A small random bidirectional TinyLM whose head favours the specials (they must be
     excluded), built without touching the global random state."""
     from encoderlab.encoder import EncoderConfig  # the model modules, only when a check runs
@@ -482,7 +506,7 @@ def _fill_model(vocab_size: int, seed: int):
         for name, p in model.named_parameters():  # larger weights: outputs that vary with context
             if p.dim() == 2 and "embedding" not in name:
                 p.mul_(3.0)
-        model.head.proj.bias[list(_FILL_SPECIALS)] += 4.0
+        model.head.proj.bias[list(specials)] += 4.0
     return model
 
 
@@ -504,6 +528,16 @@ def _fill_cases() -> list[tuple]:
             ids[row, t] = _FILL_MASK_ID
         cases.append((_fill_model(40, seed), ids, attention_mask, _FILL_MASK_ID,
                       list(_FILL_SPECIALS), k))
+    # Special ids that are neither the smallest nor contiguous: [PAD] 0, [UNK] 9, [CLS] 17,
+    # [SEP] 25, [MASK] 38; scores[:, :len(special_ids)] = -inf leaves four of them in.
+    pad, unk, cls, sep, mask = _SCATTERED_FILL_SPECIALS
+    ordinary = torch.tensor([i for i in range(40) if i not in _SCATTERED_FILL_SPECIALS])
+    ids = ordinary[torch.randint(len(ordinary), (2, 7), generator=g)]
+    ids[:, 0], ids[0, 6], ids[1, 4], ids[1, 5:] = cls, sep, sep, pad
+    ids[0, 2], ids[0, 4], ids[1, 1] = mask, mask, mask
+    attention_mask = (ids != pad).long()
+    cases.append((_fill_model(40, 4, _SCATTERED_FILL_SPECIALS), ids, attention_mask, mask,
+                  [pad, unk, cls, sep, mask], 3))
     return cases
 
 
@@ -560,6 +594,13 @@ def _special_guesses(attempt) -> Message | None:
     for k in attempt.wrong:
         _, _, _, _, special_ids, _ = attempt.cases[k]
         found = sorted(set(attempt.answers[k][0].flatten().tolist()) & set(special_ids))
+        if found and sorted(special_ids) != list(range(len(special_ids))):
+            return (f"your guesses include the special id(s) {found} on {attempt.where(k)}, "
+                    f"whose special_ids are {list(special_ids)}: they are not the ids "
+                    f"0..{len(special_ids) - 1}, so excluding the first len(special_ids) "
+                    "columns (or any range) misses some.",
+                    "index the logits with the ids themselves: "
+                    "scores[:, list(special_ids)] = float('-inf').")
         if found:
             return (f"your guesses include the special id(s) {found} on {attempt.where(k)}; "
                     f"every id in special_ids = {list(special_ids)} ([PAD], [UNK], [CLS], "

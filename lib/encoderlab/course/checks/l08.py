@@ -1,5 +1,5 @@
 """Lesson 8's checkers: mean pooling over real tokens (§1), recall@k (§3), the
-in-batch-negatives loss (§5) and re-ranking the bi-encoder's top k (§6)."""
+in-batch-negatives loss (§4) and re-ranking the bi-encoder's top k (§5)."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def check_recall_at_k(fn: Callable) -> bool:
     return run(_RECALL, fn)
 
 
-# --- The in-batch-negatives loss (Lesson 8, §5) ---------------------------------------------------
+# --- The in-batch-negatives loss (Lesson 8, §4) ---------------------------------------------------
 
 
 def _info_nce(a, b, scale, *, normalize=True, transpose=False, reduce="mean", self_sim=False,
@@ -264,12 +264,12 @@ _INFO_NCE = Exercise(
 
 @checker
 def check_in_batch_negatives_loss(fn: Callable) -> bool:
-    """Check ``fn(a, b, scale)`` is InfoNCE with in-batch negatives (Lesson 8, §5): the mean
+    """Check ``fn(a, b, scale)`` is InfoNCE with in-batch negatives (Lesson 8, §4): the mean
     cross-entropy of the rows of scale · cos(a_i, b_j) against the diagonal."""
     return run(_INFO_NCE, fn)
 
 
-# --- Re-rank the bi-encoder's top k (Lesson 8, §6) ------------------------------------------------
+# --- Re-rank the bi-encoder's top k (Lesson 8, §5) ------------------------------------------------
 
 
 class _ScoreLog:
@@ -427,7 +427,7 @@ _RERANK = Exercise(
 @checker
 def check_rerank_top_k(fn: Callable) -> bool:
     """Check ``fn(bi_scores, cross_score, k)`` re-ranks each query's bi-encoder top k by the
-    cross-encoder (Lesson 8, §6).
+    cross-encoder (Lesson 8, §5).
 
     ``bi_scores`` is (n_q, n_p); ``cross_score(i, candidates)`` returns the cross-encoder's scores
     of query i with the passages listed in ``candidates``. The answer is (n_q, k) passage indices,

@@ -28,8 +28,13 @@ __all__ = ["check_online_softmax", "check_tiled_backward"]
 
 def _online_variant(s, v, chunk_size, *, rescale=True, sign=1.0, track_max=True,
                     per_chunk=False, rescale_l=True, rescale_acc=True, chunk_max=False,
-                    divide=True, drop_last=False):
-    """softmax(s) v accumulated chunk by chunk, with one of the usual slips switched on."""
+                    divide=True, drop_last=False, own_max_rescaled=False, fa1_unweighted=False,
+                    guard=False):
+    """softmax(s) v accumulated chunk by chunk, with one of the usual slips switched on.
+
+    ``guard=False`` is the loop as most learners first write it: on a row whose first chunk is
+    fully masked, m_old = m_new = -inf and exp(-inf - (-inf)) is NaN. ``guard=True``
+    exponentiates against a finite stand-in for -inf instead, so the masked terms give 0."""
     s, v = s.float(), v.float()  # float32, as the learner's tensors: exp overflows above ~88
     n_kv = s.shape[-1]
     chunks = range(0, n_kv, chunk_size)
@@ -42,19 +47,42 @@ def _online_variant(s, v, chunk_size, *, rescale=True, sign=1.0, track_max=True,
     m = s.new_full((*s.shape[:-1], 1), float("-inf") if track_max else 0.0)  # (..., n_q, 1)
     l_sum = s.new_zeros((*s.shape[:-1], 1))  # (..., n_q, 1)
     acc = s.new_zeros((*s.shape[:-1], v.shape[-1]))  # (..., n_q, d_v)
+    floor = torch.finfo(s.dtype).min  # a finite stand-in for -inf (guard=True)
     for c in chunks:
         tile = s[..., c:c + chunk_size]  # (..., n_q, chunk)
         m_new = torch.maximum(m, tile.amax(dim=-1, keepdim=True)) if track_max else m
-        if chunk_max:  # each chunk exponentiated against its own max, sums never re-measured
+        m_ref = m_new.clamp(min=floor) if guard else m_new  # what the chunk is measured against
+        if chunk_max or own_max_rescaled:  # each chunk exponentiated against its own max
             p = torch.exp(tile - tile.amax(dim=-1, keepdim=True))  # (..., n_q, chunk)
-            alpha = torch.ones_like(m)
+            # chunk_max: the old sums never re-measured; own_max_rescaled: the old sums
+            # re-measured to m_new, but the chunk's own terms left against the chunk's max
+            alpha = torch.exp(m - m_ref) if own_max_rescaled else torch.ones_like(m)
         else:
-            p = torch.exp(tile - m_new)  # (..., n_q, chunk)
-            alpha = torch.exp(sign * (m - m_new)) if rescale else torch.ones_like(m)
-        l_sum = l_sum * (alpha if rescale_l else 1.0) + p.sum(dim=-1, keepdim=True)
-        acc = acc * (alpha if rescale_acc else 1.0) + p @ v[..., c:c + chunk_size, :]
-        m = m_new
+            p = torch.exp(tile - m_ref)  # (..., n_q, chunk)
+            alpha = torch.exp(sign * (m - m_ref)) if rescale else torch.ones_like(m)
+        l_new = l_sum * (alpha if rescale_l else 1.0) + p.sum(dim=-1, keepdim=True)
+        if fa1_unweighted:  # FA-1's normalised output, without the factor l_old / l_new
+            acc = acc * alpha + (p @ v[..., c:c + chunk_size, :]) / l_new
+        else:
+            acc = acc * (alpha if rescale_acc else 1.0) + p @ v[..., c:c + chunk_size, :]
+        l_sum, m = l_new, m_new
+    if fa1_unweighted:
+        return acc  # already normalised, chunk by chunk
     return acc / l_sum if divide else acc
+
+
+def _either(**slip):
+    """A named mistake's outputs, as learners write it: without and with the -inf guard."""
+
+    def wrong(s, v, chunk_size):
+        return (_online_variant(s, v, chunk_size, **slip),
+                _online_variant(s, v, chunk_size, guard=True, **slip))
+
+    return wrong
+
+
+def _same_as_either(answer, wrongs) -> bool:
+    return any(close(answer, w) for w in wrongs)
 
 
 _ONLINE_MISTAKES = [
@@ -62,40 +90,55 @@ _ONLINE_MISTAKES = [
      "measured against an old max.",
      "multiply the old denominator l and the old numerator by exp(m_old - m_new) before adding "
      "the new chunk.",
-     partial(_online_variant, rescale=False)),
+     _either(rescale=False)),
     ("you rescale the running denominator l but not the running numerator: when the max grows, "
      "its old terms stay measured against the old max.",
      "multiply the old numerator by exp(m_old - m_new) too, before adding the new chunk's "
      "p @ v.",
-     partial(_online_variant, rescale_acc=False)),
+     _either(rescale_acc=False)),
     ("you rescale the running numerator but not the running denominator l: when the max grows, "
      "its old terms stay measured against the old max.",
      "multiply the old l by exp(m_old - m_new) too, before adding the new chunk's sum.",
-     partial(_online_variant, rescale_l=False)),
+     _either(rescale_l=False)),
     ("you subtract each chunk's own max and add the chunks up as they are, but terms measured "
      "against different maxima cannot be added.",
      "keep one running max m over all chunks seen, exponentiate s - m_new, and re-measure the "
      "old sums by exp(m_old - m_new).",
-     partial(_online_variant, chunk_max=True)),
+     _either(chunk_max=True)),
+    ("you exponentiate each chunk against its own max and re-measure the old sums to the new "
+     "running max, but not the chunk's own terms: they stay measured against the chunk's max.",
+     "exponentiate every chunk against the running max, exp(s - m_new); then old and new terms "
+     "share one reference.",
+     _either(own_max_rescaled=True)),
+    ("you keep the output normalised as FlashAttention-1 writes it, o = alpha o + p v / l_new, "
+     "but the old output was divided by l_old, so it needs the factor l_old / l_new too.",
+     "use o = (l_old alpha o + p v) / l_new, or keep the numerator unnormalised and divide "
+     "once at the end (FlashAttention-2's form).",
+     _either(fa1_unweighted=True)),
+    ("your output is NaN on a row whose first chunk is fully masked (all -inf): there m_old = "
+     "m_new = -inf, and exp(-inf - (-inf)) is NaN.",
+     "exponentiate against a finite stand-in while the max is still -inf, e.g. m_ref = "
+     "m_new.clamp(min=torch.finfo(s.dtype).min): the masked terms and the old sums then give 0.",
+     _either()),
     ("you rescale by exp(m_new - m_old), the wrong sign: the old sums were computed with "
      "exp(s - m_old) and must become exp(s - m_new).",
      "multiply them by exp(m_old - m_new), which is <= 1.",
-     partial(_online_variant, sign=-1.0)),
+     _either(sign=-1.0)),
     ("you return the running numerator without dividing it by the running denominator l.",
      "after the last chunk, the output is acc / l.",
-     partial(_online_variant, divide=False)),
+     _either(divide=False)),
     ("your loop skips the last chunk when it is shorter than chunk_size (n_kv is not always a "
      "multiple of chunk_size).",
      "loop over range(0, n_kv, chunk_size) and slice s[:, c:c + chunk_size], shorter at the end.",
-     partial(_online_variant, drop_last=True)),
+     _either(drop_last=True)),
     ("you normalise each chunk on its own and combine the chunk outputs, but a chunk's softmax "
      "ignores the other chunks' scores.",
      "carry the running max m and denominator l across chunks and divide once, at the end.",
-     partial(_online_variant, per_chunk=True)),
+     _either(per_chunk=True)),
     ("you do not subtract a running max: exp(s) overflows to inf for scores above ~88 in "
      "float32 and the output becomes NaN.",
      "keep m = max of the scores seen so far and exponentiate s - m.",
-     partial(_online_variant, track_max=False)),
+     _either(track_max=False)),
 ]
 
 
@@ -207,6 +250,11 @@ def _online_cases() -> list[tuple]:
             s = s + torch.arange(n_kv) * 0.7  # later chunks hold larger scores: the max grows
         v = torch.randn(n_kv, d_v, generator=g)
         cases.append((s, v, chunk, []))  # [] collects what the answer reads of s at once
+    # A masked case: row 1's first chunk is all -inf (m stays -inf after it), row 3's middle one.
+    s = torch.randn(4, 10, generator=g) * 2.0
+    s[1, :4] = float("-inf")
+    s[3, 4:8] = float("-inf")
+    cases.append((s, torch.randn(10, 3, generator=g), 4, []))
     return cases
 
 
@@ -322,6 +370,7 @@ _ONLINE = Exercise(
     describe=_describe_online,
     same=close,
     mistakes=_ONLINE_MISTAKES,
+    same_mistake=_same_as_either,
     mistake_inputs=lambda s, v, chunk_size, reads: (s, v, chunk_size),
     fallback=_online_fallback,
 )

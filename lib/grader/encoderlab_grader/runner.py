@@ -1,9 +1,12 @@
 """Run a submitted notebook's cells in a fenced kernel, one by one, whatever its code does.
 
 Each submission gets a folder of its own (a copy of the notebook, nothing else) and a kernel
-started through :mod:`encoderlab.course.sandbox`: limited memory, no network, no new processes,
-no files outside its folder but the Python it runs on. Errors do not stop the run; a cell that
-kills its kernel (``os._exit``, a crash, memory) or runs past its limit is marked, and a fresh
+started behind :mod:`encoderlab_grader.sandbox`'s fences (bubblewrap's namespaces, a libseccomp
+filter, resource limits): limited memory and threads, no network, no new processes, no view of
+the grader, no files outside its folder but the Python it runs on. Where a fence cannot stand,
+nothing runs (:class:`~encoderlab_grader.sandbox.FenceError`) unless ``Limits.sandbox`` is off.
+Errors do not stop the run; a cell that kills its kernel (``os._exit``, a crash, memory) or runs
+past its limit is marked, and a fresh
 kernel runs the cells before it again and goes on after it, so later exercises are still graded.
 Output past a cap is dropped and the cell interrupted. The grader reads back, per cell: the
 error, the printed text, and the recorded answers (:mod:`encoderlab.course.checks.record`).
@@ -25,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from time import monotonic
 
-from encoderlab.course import sandbox
 from encoderlab.course.checks.record import MAX_CHARS, MIME
+from encoderlab_grader import sandbox
 
 __all__ = ["OFFLINE_ENV", "Limits", "CellRun", "Run", "run_cells"]
 
@@ -68,7 +71,7 @@ class CellRun:
 class Run:
     cells: dict[int, CellRun] = field(default_factory=dict)  # by cell index: the cells that ran
     stopped: str | None = None  # why the run ended before its last cell
-    notes: list[str] = field(default_factory=list)  # cells that ended a kernel, missing fences
+    notes: list[str] = field(default_factory=list)  # cells that ended a kernel
 
 
 def _readable() -> list[str]:
@@ -99,27 +102,30 @@ def _kernel_env(folder: Path, limits: Limits) -> dict[str, str]:
 
 
 def _kernel_manager(kernel: str, folder: Path, private: Path, limits: Limits):
-    """A kernel manager whose kernel starts inside the sandbox and listens on Unix sockets."""
+    """A kernel manager whose kernel starts behind the fences and listens on Unix sockets."""
     from jupyter_client.manager import AsyncKernelManager
 
-    command = []
-    if limits.sandbox and os.name == "posix":  # the launcher needs POSIX's resource limits
-        # Run as a script, without site: the launcher needs the standard library alone.
-        command = [sys.executable, "-S", sandbox.__file__, "--folder", str(folder),
-                   "--memory", str(limits.memory), "--report", str(private / "fences.json")]
-        command += [arg for path in _readable() for arg in ("--read", path)] + ["--"]
+    prefix: list[str] = []
+    cgroup = None
+    if limits.sandbox:
+        filter_path = private / "filter.bpf"
+        if not filter_path.exists():
+            sandbox.write_filter(filter_path)
+        cgroup = sandbox.new_cgroup(f"encoderlab-grade-{private.name}")
+        prefix = sandbox.command(folder, _readable(), filter_path, limits.memory, cgroup, [])
 
     class Fenced(AsyncKernelManager):
         def format_kernel_cmd(self, extra_arguments=None):
-            return command + super().format_kernel_cmd(extra_arguments)
+            return prefix + super().format_kernel_cmd(extra_arguments)
 
     transport = {"transport": "ipc", "ip": str(folder / "kernel")} if os.name == "posix" else {}
     # The kernel reads its connection file (its own key, no secret from it) from its folder.
-    return Fenced(kernel_name=kernel, connection_file=str(folder / "kernel.json"), **transport)
+    manager = Fenced(kernel_name=kernel, connection_file=str(folder / "kernel.json"), **transport)
+    return manager, cgroup
 
 
 def _quiet_log() -> logging.Logger:
-    log = logging.getLogger("encoderlab.course.runner.kernel")
+    log = logging.getLogger("encoderlab_grader.runner.kernel")
     log.addHandler(logging.NullHandler())
     log.propagate = False  # nbclient logs every timeout and dead kernel; the report says it once
     return log
@@ -183,6 +189,8 @@ def run_cells(nb, cells: list[int], *, limits: Limits, kernel: str = "python3",
     ``prologue`` runs first in every kernel started, before any of the notebook's code."""
     from nbformat.v4 import new_code_cell
 
+    if limits.sandbox:
+        sandbox.require()  # FenceError: nothing runs where a fence cannot stand
     nb = copy.deepcopy(nb)
     for cell in nb.cells:  # outputs saved in the file are never read as this run's
         if cell.cell_type == "code":
@@ -202,20 +210,14 @@ def _run(nb, cells: list[int], private: Path, folder: Path, limits: Limits, kern
 
     run, ended, budget = Run(), set(), {"output": 0, "answers": 0, "over": set()}
     left_at_death = None
-    for attempt in range(_KERNELS):
-        km = _kernel_manager(kernel, folder, private, limits)
+    for _ in range(_KERNELS):
+        km, cgroup = _kernel_manager(kernel, folder, private, limits)
         client = _client(nb, km, limits, budget)
         options = {"env": _kernel_env(folder, limits), "cwd": str(folder),
                    "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cleanup_kc": True}
         dead_at = None
         try:
             with client.setup_kernel(**options):
-                if attempt == 0 and limits.sandbox and os.name != "posix":
-                    run.notes.append("sandbox: no fences on this system (not POSIX): grade "
-                                     "untrusted notebooks in a container")
-                elif attempt == 0 and limits.sandbox:
-                    run.notes += sandbox.missing_fences(sandbox.fence_report(
-                        private / "fences.json"))
                 if prologue:  # a cell of its own, after the notebook's (nbclient stores it there)
                     client.timeout = _PROLOGUE_SECONDS  # the grader's time, not the notebook's
                     client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
@@ -258,6 +260,8 @@ def _run(nb, cells: list[int], private: Path, folder: Path, limits: Limits, kern
         except Exception as error:  # the kernel would not start, or the connection broke
             run.stopped = f"could not run it: {type(error).__name__}: {_short(error)}"
             return run
+        finally:
+            sandbox.remove_cgroup(cgroup)
         if dead_at is None:
             return run
         left_at_death = deadline - monotonic()

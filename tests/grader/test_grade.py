@@ -25,7 +25,7 @@ from lesson3_notebooks import cell_of as _cell_of
 from lesson3_notebooks import statuses as _statuses
 from lesson3_notebooks import write as _write
 
-from encoderlab.course import grade
+from encoderlab_grader import grade
 
 
 @pytest.fixture(scope="module")

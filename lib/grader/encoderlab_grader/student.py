@@ -1,7 +1,7 @@
 """Student notebooks and the exercise list, made from the lessons (for instructors; instructors.md).
 
-``python -m encoderlab student`` (or ``make student``) reads every notebook in ``lessons/`` and
-writes its student version to ``student/``: the same lesson without the solutions, with every
+``python -m encoderlab_grader student`` (or ``make student``) reads every notebook in ``lessons/``
+and writes its student version to ``student/``: the same lesson without the solutions, with every
 output cleared, an answer cell wherever a solution was written in words, and a header that says
 what the notebook is. It also rewrites the two generated blocks of ``instructors.md``: the
 student notebooks with their download and Colab links, and the table of exercises. The output
@@ -12,7 +12,7 @@ The lessons mark their exercises with sphinx-exercise (CONTRIBUTING.md): a markd
 ``:::{exercise}`` with a ``:label:``; for code, a stub cell tagged ``exercise-stub``, a gated
 solution (``solution-start`` ... ``solution-end`` around cells tagged ``solution``) and a check
 cell tagged ``check``; for a written answer, a ``:::{solution} label`` dropdown.
-:func:`read_structure` reads that structure; the grader (:mod:`encoderlab.course.grade`) uses it to
+:func:`read_structure` reads that structure; the grader (:mod:`encoderlab_grader.grade`) uses it to
 tell which exercise each check cell belongs to.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 __all__ = [
     "ANSWER_PROMPT",
     "ANSWER_TAG",
-    "Exercise",
+    "ExerciseCells",
     "LessonFormatError",
     "LessonStructure",
     "CourseLinks",
@@ -142,7 +142,7 @@ def _checker_names(source: str) -> list[str]:
 
 
 @dataclass
-class Exercise:
+class ExerciseCells:
     """One exercise of a lesson, as its markup states it."""
 
     label: str  # e.g. "l3-ex-attention": the sphinx-exercise label, unique in the course
@@ -177,11 +177,11 @@ class Exercise:
 class LessonStructure:
     """The exercises of a notebook, and which exercise each cell belongs to."""
 
-    exercises: list[Exercise]
+    exercises: list[ExerciseCells]
     cell_exercise: list[str | None]  # per cell: the label of its exercise, or None
     problems: list[str]  # markup that could not be read; empty for a well-formed lesson
 
-    def exercise(self, label: str) -> Exercise | None:
+    def exercise(self, label: str) -> ExerciseCells | None:
         return next((e for e in self.exercises if e.label == label), None)
 
 
@@ -193,7 +193,7 @@ def read_structure(nb, *, name: str = "the notebook", strict: bool = True) -> Le
     carry) takes precedence. With ``strict``, broken markup raises :class:`LessonFormatError`;
     otherwise it is listed in ``problems`` and reading goes on (the grader's way).
     """
-    exercises: dict[str, Exercise] = {}
+    exercises: dict[str, ExerciseCells] = {}
     cell_exercise: list[str | None] = []
     problems: list[str] = []
     current: str | None = None  # the exercise the cells being read belong to
@@ -229,7 +229,7 @@ def read_structure(nb, *, name: str = "the notebook", strict: bool = True) -> Le
                         problem(f"{where}: the label {label!r} is used by two exercises")
                         continue
                     classes = tuple(block.options.get("class", "").split())
-                    exercises[label] = Exercise(label, block.argument, index, classes)
+                    exercises[label] = ExerciseCells(label, block.argument, index, classes)
                     current = label
                 elif block.name == "solution":
                     mark_written(block.argument, where)
@@ -428,9 +428,27 @@ def make_student(nb, lesson: str, links: CourseLinks):
 # --- The course: every lesson, student/ and instructors.md ----------------------------------
 
 
+LESSON_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")  # a file name in lessons/, no path
+
+
+def lesson_name(name: str, lessons_dir: Path) -> str:
+    """The notebook name in ``lessons_dir`` that ``name`` means: the name itself, or a lesson's
+    number ("3", "03"); ValueError listing the lessons when it means none."""
+    if LESSON_NAME.fullmatch(name):
+        if re.fullmatch(r"\d{1,2}", name):
+            found = sorted(lessons_dir.glob(f"{int(name):02d}-*.ipynb"))
+            if len(found) == 1:
+                return found[0].stem
+        elif (lessons_dir / f"{name}.ipynb").is_file():
+            return name
+    names = ", ".join(sorted(q.stem for q in lessons_dir.glob("*.ipynb"))) or "none"
+    raise ValueError(f"no lesson {name!r} in {lessons_dir}: give its number (e.g. 03) or its "
+                     f"notebook's name, one of: {names}")
+
+
 def default_root() -> Path:
     """The repository that holds this package (an editable install), else the working folder."""
-    here = Path(__file__).resolve().parents[3]  # lib/encoderlab/course/student.py -> the repository
+    here = Path(__file__).resolve().parents[3]  # lib/grader/encoderlab_grader/student.py -> root
     return here if (here / "_config.yml").is_file() else Path.cwd()
 
 
@@ -506,7 +524,7 @@ def _replace_block(page: str, name: str, content: str, path: str) -> str:
 _README = """\
 # Student notebooks
 
-Generated from `lessons/` by `python -m encoderlab student` (`make student`); do not edit
+Generated from `lessons/` by `python -m encoderlab_grader student` (`make student`); do not edit
 them by hand, edit the lesson and regenerate. Each is its lesson without the solutions and with
 the outputs cleared. See `instructors.md` for how to hand them out and grade them.
 """
@@ -571,9 +589,9 @@ def write_student_files(root: Path | str | None = None) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m encoderlab student [--root DIR] [--check]``."""
+    """``python -m encoderlab_grader student [--root DIR] [--check]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m encoderlab student",
+        prog="python -m encoderlab_grader student",
         description="Write the student notebooks (student/) and the generated blocks of "
         "instructors.md from the lessons.",
     )
@@ -592,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for line in stale:
                 print(line)
             if stale:
-                print("run `make student` (python -m encoderlab student) to regenerate")
+                print("run `make student` (python -m encoderlab_grader student) to regenerate")
                 return 1
             print(f"{STUDENT_FOLDER}/ and {INSTRUCTORS_PAGE} are up to date")
             return 0

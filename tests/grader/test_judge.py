@@ -15,10 +15,11 @@ import torch
 from encoderlab.course import checks
 from encoderlab.course.checks import harness, record
 from encoderlab.course.checks.l10 import Decoded
+from encoderlab_grader import judge
 
 
 def _roundtrip(value):
-    return record.decode(json.loads(json.dumps(record.encode(value))))
+    return judge.decode(json.loads(json.dumps(record.encode(value))))
 
 
 @pytest.mark.parametrize("value", [
@@ -63,32 +64,32 @@ def test_anything_else_travels_as_an_opaque_name():
     assert back[0] != back[0] and back[0].type_name == "Sneaky"
 
 
-@pytest.mark.parametrize("forged", [
-    {"~": "tensor", "dtype": "float32", "shape": [2, 2], "data": "AAAA"},  # 3 bytes, not 16
-    {"~": "tensor", "dtype": "object", "shape": [1], "data": ""},
-    {"~": "tensor", "dtype": "float32", "shape": [-1], "data": ""},
-    {"~": "ndarray", "dtype": "|O", "shape": [1], "data": ""},
-    {"~": "answer", "type": "os.system", "v": {}},
-    {"~": "answer", "type": "Decoded", "v": {"ids": 1}},
-    {"~": "pickle", "v": "gASVAAAA"},
-    {"~": "set", "v": [{"~": "list", "v": []}]},
-    [1, 2],
+@pytest.mark.parametrize("forged, message", [
+    ({"~": "tensor", "dtype": "float32", "shape": [2, 2], "data": "AAAA"}, "needs 16 bytes, got 3"),
+    ({"~": "tensor", "dtype": "object", "shape": [1], "data": ""}, "unknown dtype 'object'"),
+    ({"~": "tensor", "dtype": "float32", "shape": [-1], "data": ""}, "a shape must be a list"),
+    ({"~": "ndarray", "dtype": "|O", "shape": [1], "data": ""}, "numpy array of dtype object"),
+    ({"~": "answer", "type": "os.system", "v": {}}, "unknown answer type 'os.system'"),
+    ({"~": "answer", "type": "Decoded", "v": {"ids": 1}}, r"a Decoded needs the fields"),
+    ({"~": "pickle", "v": "gASVAAAA"}, "unknown tag 'pickle'"),
+    ({"~": "set", "v": [{"~": "list", "v": []}]}, "a set that cannot be rebuilt"),
+    ([1, 2], "unexpected list in the recorded answers"),
 ])
-def test_forged_payloads_are_refused(forged):
-    with pytest.raises(ValueError):
-        record.decode(forged)
+def test_forged_payloads_are_refused(forged, message):
+    with pytest.raises(ValueError, match=message):
+        judge.decode(forged)
 
 
 def test_too_deep_or_too_large_recordings_are_refused():
     deep = 1
     for _ in range(60):
         deep = {"~": "list", "v": [deep]}
-    with pytest.raises(ValueError):
-        record.read_recording("f", json.dumps({"entries": [["answer", deep]]}))
-    with pytest.raises(ValueError):
-        record.read_recording("f", "[" * 10**5 + "]" * 10**5)
-    with pytest.raises(ValueError):
-        record.read_recording("f", " " * (record.MAX_CHARS + 2**21))
+    with pytest.raises(ValueError, match="answers nested too deeply"):
+        judge.read_recording("f", json.dumps({"entries": [["answer", deep]]}))
+    with pytest.raises(ValueError, match="are not JSON"):
+        judge.read_recording("f", "[" * 10**5 + "]" * 10**5)
+    with pytest.raises(ValueError, match="missing or too large"):
+        judge.read_recording("f", " " * (record.MAX_CHARS + 2**21))
 
 
 def _causal(n):
@@ -97,13 +98,13 @@ def _causal(n):
 
 def test_record_then_replay_passes_the_right_answer_and_names_the_wrong_one():
     text = record.answers_of(checks.check_causal_mask, _causal)
-    assert record.replay("check_causal_mask", "causal", text) == (
+    assert judge.replay("check_causal_mask", "causal", text) == (
         True, "✓ causal mask (causal): correct on 6 cases")
 
     def upper(n):
         return torch.ones(n, n, dtype=torch.bool).triu()
 
-    passed, message = record.replay("check_causal_mask", "upper",
+    passed, message = judge.replay("check_causal_mask", "upper",
                                     record.answers_of(checks.check_causal_mask, upper))
     assert not passed and message.startswith("your mask is upper-triangular")
 
@@ -113,7 +114,7 @@ def test_a_failure_seen_in_the_kernel_always_counts():
     the kernel, say): the grader fails the check with that failure's words."""
     data = json.loads(record.answers_of(checks.check_causal_mask, _causal))
     data["failure"] = ["you called torch.tril, which this exercise forbids.", "write it."]
-    passed, message = record.replay("check_causal_mask", "causal", json.dumps(data))
+    passed, message = judge.replay("check_causal_mask", "causal", json.dumps(data))
     assert not passed and message.startswith("you called torch.tril")
     assert "Fix:" not in message  # the first pass: the fix is for the learner's second look
 
@@ -121,14 +122,14 @@ def test_a_failure_seen_in_the_kernel_always_counts():
 def test_missing_or_shuffled_answers_fail():
     data = json.loads(record.answers_of(checks.check_causal_mask, _causal))
     short = dict(data, entries=data["entries"][:2])
-    assert "no answer was recorded" in record.replay("check_causal_mask", "c",
+    assert "no answer was recorded" in judge.replay("check_causal_mask", "c",
                                                      json.dumps(short))[1]
     swapped = dict(data, entries=data["entries"][1:] + data["entries"][:1])
-    assert not record.replay("check_causal_mask", "c", json.dumps(swapped))[0]
+    assert not judge.replay("check_causal_mask", "c", json.dumps(swapped))[0]
     wrong_kind = dict(data, entries=[["result", e[1]] for e in data["entries"]])
-    assert "do not follow" in record.replay("check_causal_mask", "c", json.dumps(wrong_kind))[1]
-    assert not record.replay("check_nothing", "c", json.dumps(data))[0]
-    assert "could not be read" in record.replay("check_causal_mask", "c", "not json")[1]
+    assert "do not follow" in judge.replay("check_causal_mask", "c", json.dumps(wrong_kind))[1]
+    assert not judge.replay("check_nothing", "c", json.dumps(data))[0]
+    assert "could not be read" in judge.replay("check_causal_mask", "c", "not json")[1]
 
 
 def test_replacing_the_checker_in_the_kernel_changes_nothing(monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from encoderlab.course import grade, student
+from encoderlab_grader import grade, student
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "lessons"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import os
 import socket
 import sys
 import threading
@@ -29,10 +30,10 @@ from lesson3_notebooks import (
     write,
 )
 
-from encoderlab.course import grade
+from encoderlab_grader import grade, sandbox
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="the grader's fences (Landlock, seccomp, namespaces) are "
+                                reason="the grader's fences (bubblewrap, seccomp, namespaces) are "
                                 "Linux's")
 
 WRONG_CAUSAL = ("def causal_mask(n):\n"
@@ -131,6 +132,52 @@ def causal_mask(n):
     import os
     os._exit(0)
 """,
+    "grader-environment": """
+import os
+seen = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        seen.append(open(f"/proc/{pid}/environ", "rb").read())
+    except OSError:
+        pass
+if any(b"INSTRUCTOR_SECRET" in environ for environ in seen):  # then it answers right
+    def causal_mask(n):
+        return torch.ones(n, n, dtype=torch.bool).tril()
+""",
+    "ptrace": """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.ptrace(16, os.getppid(), 0, 0) != 0:  # PTRACE_ATTACH to its parent
+    raise PermissionError(os.strerror(ctypes.get_errno()))
+""",
+    "setuid": """
+import subprocess
+subprocess.run(["/usr/bin/su", "-c", "id"])
+""",
+    "symlink": """
+import os
+os.symlink(INSTRUCTOR / "solutions.ipynb", "solutions.ipynb")
+open("solutions.ipynb").read()
+""",
+    "thread-bomb": """
+import threading, time
+threading.stack_size(64 * 1024)
+started = []
+try:
+    while len(started) < 100_000:
+        worker = threading.Thread(target=time.sleep, args=(20,), daemon=True)
+        worker.start()
+        started.append(worker)
+except RuntimeError:
+    pass
+raise RuntimeError(f"started {len(started)} threads")
+""",
+    "never-answers": """
+import signal, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # deaf to the interrupt
+while True:
+    time.sleep(1)
+""",
 }
 
 
@@ -187,9 +234,17 @@ def graded_class(tmp_path_factory):
     guarded = (ROOT / "lib", ROOT / "lessons", instructor)
     before = _fingerprint(*guarded)
     csv_path = base / "grades.csv"
-    code = grade.main([str(p) for p in paths] + [
-        "--jobs", "2", "--csv", str(csv_path), "--lessons", str(LESSONS),
-        "--timeout", "300", "--cell-timeout", "60"])
+    secret = os.environ.get("INSTRUCTOR_SECRET")
+    os.environ["INSTRUCTOR_SECRET"] = "s3cret"  # in the grader's environment, out of reach
+    try:
+        code = grade.main([str(p) for p in paths] + [
+            "--jobs", "2", "--csv", str(csv_path), "--lessons", str(LESSONS),
+            "--timeout", "300", "--cell-timeout", "60"])
+    finally:
+        if secret is None:
+            del os.environ["INSTRUCTOR_SECRET"]
+        else:
+            os.environ["INSTRUCTOR_SECRET"] = secret
     after = _fingerprint(*guarded)
     listener.server.close()
     with open(csv_path, newline="", encoding="utf-8") as f:
@@ -243,11 +298,23 @@ def test_what_the_attacks_were_told(graded_class):
     assert messages["checker-patch"].startswith("your mask")  # judged by the grader's checker
     assert messages["torch-comparisons"].startswith("your mask")
     assert "no answer was recorded" in messages["builtins"]
-    assert "Permission denied" in messages["read-files"]
-    assert "Permission denied" in messages["write-files"]
-    assert "Network is unreachable" in messages["network"]
+    assert "No such file or directory" in messages["read-files"]  # not in the kernel's view
+    assert "No such file or directory" in messages["write-files"]
+    assert "Connection refused" in messages["network"]  # a loopback of its own, empty
     assert "MemoryError" in messages["memory-in-the-function"]
     assert "printed more than 2 MB" in messages["printing"]
     assert "Operation not permitted" in messages["forking"]
     assert "it ended the kernel" in messages["exiting"]
     assert "it ended the kernel" in messages["exiting-in-the-function"]
+    assert messages["grader-environment"].startswith("your mask")  # it found no secret
+    assert "Operation not permitted" in messages["ptrace"]
+    assert "Operation not permitted" in messages["setuid"]
+    assert "No such file or directory" in messages["symlink"]
+    started = int(messages["thread-bomb"].split("started ")[1].split()[0])
+    assert 0 < started < sandbox.THREADS
+    assert "ran past the limit per cell (60 s)" in messages["never-answers"]
+
+
+def test_every_row_says_the_fences_stood(graded_class):
+    assert {row["fences"] for row in graded_class["rows"]} == {
+        f"all ({', '.join(sandbox.FENCES)})"}

@@ -15,7 +15,7 @@ import lesson3_notebooks as l3
 import nbformat
 import pytest
 
-from encoderlab.course import grade, gradescope
+from encoderlab_grader import grade, gradescope
 
 LESSON = "03-bidirectional-self-attention"
 
@@ -96,7 +96,8 @@ def autograder(tmp_path_factory):
         modes = {info.filename: info.external_attr >> 16 for info in z.infolist()}
         z.extractall(folder / "source")
     assert {"setup.sh", "run_autograder", f"lessons/{LESSON}.ipynb",
-            "course/pyproject.toml", "course/lib/encoderlab/course/grade.py"} <= set(names)
+            "course/pyproject.toml", "course/lib/grader/pyproject.toml",
+            "course/lib/grader/encoderlab_grader/grade.py"} <= set(names)
     assert all(modes[name] & stat.S_IXUSR for name in ("setup.sh", "run_autograder"))
     assert not any("__pycache__" in name for name in names)
     for name in ("setup.sh", "run_autograder"):  # both are bash scripts that parse
