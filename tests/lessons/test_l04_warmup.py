@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from encoderlab.course.train import recipes
 from encoderlab.lessons import l04_warmup as warm
-from encoderlab.training import MAX_ARTEFACT_BYTES, artefact_path, recipes
+from encoderlab.training import MAX_ARTEFACT_BYTES, artefact_path
 
 
 def test_reversal_batches_reverse_each_sequence_and_repeat_with_the_seed():

@@ -271,7 +271,8 @@ def test_smooth_is_a_running_mean():
 def test_recipe_runs_with_a_few_steps(tmp_path, data):
     from safetensors import safe_open
 
-    from encoderlab.training import load_artefact, main, recipes
+    from encoderlab.course.train import main, recipes
+    from encoderlab.training import load_artefact
 
     name = "l5-mlm"
     assert name in recipes() and "l5-causal" in recipes()

@@ -5,11 +5,12 @@ import math
 import pytest
 import torch
 
+from encoderlab.course.train import recipes
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM
 from encoderlab.lessons import l06_mask_rate as sweep
 from encoderlab.objectives import IGNORE_INDEX
-from encoderlab.training import MAX_ARTEFACT_BYTES, artefact_path, recipes
+from encoderlab.training import MAX_ARTEFACT_BYTES, artefact_path
 
 
 def test_seed_spread_is_the_mean_and_sample_standard_deviation():

@@ -9,12 +9,13 @@ from torch.nn import functional as F
 from toy_wordpiece import SPECIAL, TINY, TOKENS, random_batch
 
 from encoderlab import data
+from encoderlab.course.train import main
 from encoderlab.encoder import EncoderConfig
 from encoderlab.heads import TinyLM
 from encoderlab.lessons import l06_comparison as C
 from encoderlab.lessons import l06_pretraining as P
 from encoderlab.objectives import IGNORE_INDEX
-from encoderlab.training import artefact_path, load_artefact, main
+from encoderlab.training import artefact_path, load_artefact
 
 SENTENCES = [f"Sentence number {i} talks about topic {i // 3}." for i in range(40)]
 

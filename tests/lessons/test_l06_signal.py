@@ -9,10 +9,11 @@ import torch
 from toy_wordpiece import SPECIAL, TINY, TOKENS, random_batch
 
 from encoderlab import data
+from encoderlab.course.train import recipes
 from encoderlab.heads import TinyLM, TokenDiscriminator
 from encoderlab.lessons import l06_signal as S
 from encoderlab.objectives import IGNORE_INDEX
-from encoderlab.training import artefact_path, load_artefact, recipes
+from encoderlab.training import artefact_path, load_artefact
 
 VOCAB = SimpleNamespace(special_ids=list(SPECIAL), size=len(TOKENS), mask_id=4)
 

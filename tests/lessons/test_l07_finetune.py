@@ -243,7 +243,8 @@ def test_train_probe_trains_on_one_thread_and_restores_the_thread_count():
     ("l7-extract", {"curve_steps", "curve_exact_match", "test_starts", "start_logits"}),
 ])
 def test_recipes_run_and_artefacts_load(name, keys, tmp_path):
-    from encoderlab.training import load_artefact, main
+    from encoderlab.course.train import main
+    from encoderlab.training import load_artefact
 
     out = tmp_path / f"{name}.safetensors"
     assert main([name, "--steps", "2", "--quiet", "--out", str(out)]) == 0

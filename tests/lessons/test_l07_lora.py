@@ -77,7 +77,8 @@ def test_top_classifier_reads_the_lower_blocks_output_like_the_whole_encoder():
 
 
 def test_the_recipe_is_registered_and_its_artefact_holds_every_rank():
-    from encoderlab.training import load_artefact, recipes
+    from encoderlab.course.train import recipes
+    from encoderlab.training import load_artefact
 
     assert "l7-lora" in recipes()
     tensors, meta = load_artefact("l7-lora")

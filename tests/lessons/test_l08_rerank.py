@@ -153,7 +153,7 @@ def test_warmup_then_decay():
 
 
 def test_the_recipes_are_registered():
-    from encoderlab.training import recipes
+    from encoderlab.course.train import recipes
 
     names = recipes()
     assert {"l8-cross", "l8-contrastive", "l8-contrastive-hard"} <= set(names)

@@ -275,7 +275,7 @@ def test_contrastive_run_lowers_the_loss_on_a_tiny_model():
 def test_recipe_runs_and_the_artefact_loads(minilm, tmp_path, monkeypatch):
     from safetensors import safe_open
 
-    from encoderlab.training import main
+    from encoderlab.course.train import main
 
     few = contrastive.docstring_pairs()[:40]  # a few pairs keep the frozen layers' pass short
     monkeypatch.setattr(contrastive, "docstring_pairs", lambda: few)

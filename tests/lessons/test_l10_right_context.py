@@ -79,7 +79,7 @@ def test_unknown_wiring():
 
 
 def test_recipe_is_registered():
-    from encoderlab.training import recipes
+    from encoderlab.course.train import recipes
 
     assert recipes()["l10-right-context"] is rc.train_comparison
 

@@ -150,11 +150,9 @@ def _greedy(model, src_ids, src_mask, max_new_tokens, *, cache="both", feed="new
     "prefix" (the whole prefix every step, into the cache). position_shift: added to the
     position ids; late_shift: added from the second step on. start: "bos" or "pad". stop: "yes",
     "no-mask" (rows keep writing after eos), "eos-fill" (eos instead of pad after a row's eos),
-    "no-break" (every row stops at eos, but the loop runs to max_new_tokens), "any" (the loop
-    stops when any row is done), "done-first" (done updated before the masking, so a row's own
-    eos becomes pad) or "done-reset" (done = token == eos instead of done |= ...). norm: apply
-    final_norm. source_mask: pass the source's padding mask to cross-attention. encode: "once"
-    or "every-step". keep_bos: return bos as column 0.
+    "no-break" (every row stops at eos, but the loop runs to max_new_tokens) or "any" (the loop
+    stops when any row is done). norm: apply final_norm. source_mask: pass the source's padding
+    mask to cross-attention. encode: "once" or "every-step". keep_bos: return bos as column 0.
     """
     cfg = model.config
     memory = model.encode(src_ids, src_mask)  # (b, n_src, d): the source, read once
@@ -185,17 +183,12 @@ def _greedy(model, src_ids, src_mask, max_new_tokens, *, cache="both", feed="new
             y, _ = block(y, memory, self_mask, cross_mask, layer_caches)
         h = model.final_norm(y[:, -1]) if norm else y[:, -1]
         token = model.lm_head(h).argmax(-1)  # (b,): the newest position's choice
-        if stop == "done-first":  # done updated before masking: the row's own eos becomes pad
-            done |= token == cfg.eos_id
         if stop == "eos-fill":
             token = token.masked_fill(done, cfg.eos_id)
         elif stop != "no-mask":
             token = token.masked_fill(done, cfg.pad_id)
         chosen.append(token)
-        if stop == "done-reset":  # done = ... instead of done |= ...: finished rows forget it
-            done = token == cfg.eos_id
-        else:
-            done |= token == cfg.eos_id
+        done |= token == cfg.eos_id
         written = torch.cat([written, token[:, None]], dim=1)
         if stop != "no-break" and bool(done.all()):
             break
@@ -266,12 +259,6 @@ def _wrong(**switches) -> Callable:
     return wrong
 
 
-DONE_FIRST = ("your rows write pad where they should write eos: done is updated before the new "
-              "tokens are masked, so each row's own eos is replaced by pad.")
-DONE_RESET = ("your finished rows start writing again: done is overwritten at every step "
-              "(done = token == eos), so after the pad that follows eos the row counts as not "
-              "done.")
-
 _GREEDY_MISTAKES = [
     ("your loop does not use the cache: the tokens are right, but every step runs the decoder "
      "over the whole prefix again (self-attention projected 1 + 2 + ... + t positions instead "
@@ -331,13 +318,6 @@ _GREEDY_MISTAKES = [
      "stop only when every row is.",
      "break when done.all(), not done.any().",
      _wrong(stop="any")),
-    (DONE_FIRST,
-     "mask the new tokens with the done of the earlier steps first, then update done with "
-     "done |= token == eos.",
-     _wrong(stop="done-first")),
-    (DONE_RESET,
-     "accumulate it: done |= token == eos, so that a finished row stays finished.",
-     _wrong(stop="done-reset")),
     ("your cross-attention reads the source's padding: the padding mask is left out of the "
      "blocks' cross-attention, so padded rows attend to pad positions.",
      "pass masks.padding(src_mask) as the cross-attention mask of every block.",
@@ -370,16 +350,6 @@ def _greedy_fallback(attempt: Attempt) -> Message:
     t = min(mine.ids.shape[1], right.ids.shape[1])  # the columns both have
     if not torch.equal(mine.ids[:, :t], right.ids[:, :t]):
         row, col = (int(x) for x in (mine.ids[:, :t] != right.ids[:, :t]).nonzero()[0])
-        yours, theirs = int(mine.ids[row, col]), int(right.ids[row, col])
-        if (yours, theirs) == (cfg.pad_id, cfg.eos_id):  # the bookkeeping, not the decoder
-            return (f"{DONE_FIRST} First at row {row}, step {col} on {where}.",
-                    "mask the new tokens with the done of the earlier steps first, then update "
-                    "done with done |= token == eos.")
-        if theirs == cfg.pad_id and cfg.eos_id in right.ids[row, :col].tolist():
-            return (f"your row {row} writes {_token(cfg, yours)} at step {col} on {where}, after "
-                    "its eos, where the library writes pad: a finished row must stay finished.",
-                    "keep done for the whole loop and accumulate it, done |= token == eos; mask "
-                    "every new token with it.")
         return (f"your tokens differ from generate(use_cache=False) on {where}: first at row "
                 f"{row}, step {col} (yours {_token(cfg, int(mine.ids[row, col]))}, the "
                 f"library's {_token(cfg, int(right.ids[row, col]))}).",
